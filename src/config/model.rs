@@ -1,0 +1,1 @@
+//! CONTRACT STUB.

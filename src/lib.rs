@@ -1,0 +1,18 @@
+//! floodgate: a global rate-limit decision service speaking Envoy's RLS v3 API.
+//!
+//! Module map, and the only direction imports may flow:
+//!
+//! ```text
+//! main -> server -> limiter -> { config::Index, store } -> algorithm -> clock
+//! ```
+//!
+//! - [`descriptor`]: request vocabulary shared by every layer.
+//! - [`config`]: rule files in, validated into a descriptor index.
+//! - [`clock`]: the one reader of the system clock; a manual clock for tests.
+//!
+//! Proto types never leave `server`; stores know nothing of descriptors;
+//! algorithms know nothing of I/O.
+
+pub mod clock;
+pub mod config;
+pub mod descriptor;
