@@ -1,0 +1,3 @@
+//! floodgate binary (placeholder until the CLI lands).
+
+fn main() {}
