@@ -8,11 +8,23 @@
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
 //! - [`config`]: rule files in, validated into a descriptor index.
+//! - [`limiter`]: the decision, with the reference service's semantics.
+//! - [`store`]: where counters live (embedded memory store).
+//! - [`algorithm`]: pure counting math over an injected `now`.
 //! - [`clock`]: the one reader of the system clock; a manual clock for tests.
 //!
 //! Proto types never leave `server`; stores know nothing of descriptors;
 //! algorithms know nothing of I/O.
 
+pub mod algorithm;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
+pub mod limiter;
+pub mod server;
+pub mod store;
+
+pub use server::proto;
+pub mod settings;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,3 +1,174 @@
-//! floodgate binary (placeholder until the CLI lands).
+//! The `floodgate` binary: parses the command line, sets up logging and the
+//! runtime, and turns errors into messages and exit codes (1 for a bad
+//! configuration or startup failure, 2 for usage errors, from clap).
+#![allow(clippy::print_stdout, clippy::print_stderr)] // the binary's own output
 
-fn main() {}
+use clap::{Parser, Subcommand};
+use floodgate::clock::SystemClock;
+use floodgate::config::{self, ConfigError, LoadOptions};
+use floodgate::limiter::Limiter;
+use floodgate::server::{self, Listeners};
+use floodgate::settings::{Env, ServeArgs, Settings, StoreType};
+use floodgate::store::{MemoryStore, StoreKind};
+use floodgate::{shutdown, telemetry};
+use std::error::Error;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// A global rate-limit decision service speaking Envoy's RLS v3 API.
+#[derive(Debug, Parser)]
+#[command(name = "floodgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve ShouldRateLimit over gRPC, with health and HTTP endpoints.
+    Serve(Box<ServeArgs>),
+    /// Validate every rule file in DIR; print each error, or one line per domain.
+    CheckConfig(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckArgs {
+    /// Rule directory to validate.
+    dir: PathBuf,
+    /// Merge rule files that name the same domain (MERGE_DOMAIN_CONFIG).
+    #[arg(long)]
+    merge_domain_config: bool,
+    /// Skip rule files whose name starts with '.' (RUNTIME_IGNOREDOTFILES).
+    #[arg(long)]
+    ignore_dotfiles: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let env: Env = std::env::vars().collect();
+    match cli.command {
+        Command::Serve(args) => run_serve(&args, &env),
+        Command::CheckConfig(args) => run_check_config(&args),
+    }
+}
+
+fn run_check_config(args: &CheckArgs) -> ExitCode {
+    let options = LoadOptions {
+        merge_domains: args.merge_domain_config,
+        ignore_dotfiles: args.ignore_dotfiles,
+    };
+    match config::load_dir(&args.dir, &options) {
+        Ok(index) => {
+            let summaries = index.summaries();
+            if summaries.is_empty() {
+                println!("{}: no domains", args.dir.display());
+            }
+            for s in summaries {
+                println!(
+                    "domain '{}': {} descriptors, {} rules",
+                    s.domain, s.descriptors, s.rules
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            print_config_error(&err);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_config_error(err: &ConfigError) {
+    match err {
+        ConfigError::Invalid(issues) => {
+            for issue in issues {
+                eprintln!("{issue}");
+            }
+            eprintln!("error: {err}");
+        }
+        other => eprintln!("error: {}", chain(other)),
+    }
+}
+
+fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
+    let settings = match Settings::resolve(args, env) {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("error: {}", chain(&err));
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(err) = telemetry::init(
+        &settings.log_level,
+        env.get("RUST_LOG").map(String::as_str),
+        settings.log_format,
+    ) {
+        eprintln!("error: {}", chain(&err));
+        return ExitCode::FAILURE;
+    }
+    // Rules are validated before any port is bound: a bad file never
+    // produces a half-started service.
+    let options = LoadOptions {
+        merge_domains: settings.merge_domain_config,
+        ignore_dotfiles: settings.ignore_dotfiles,
+    };
+    let index = match config::load_dir(&settings.config_dir, &options) {
+        Ok(index) => index,
+        Err(err) => {
+            print_config_error(&err);
+            return ExitCode::FAILURE;
+        }
+    };
+    for s in index.summaries() {
+        tracing::info!(rl.domain = %s.domain, descriptors = s.descriptors, rules = s.rules, "domain loaded");
+    }
+    let store = match settings.store {
+        StoreType::Memory => StoreKind::Memory(MemoryStore::new()),
+        StoreType::Redis => {
+            eprintln!("error: the redis store is not available in this build yet; use --store memory");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {}", chain(&err));
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let listeners = Listeners::bind(settings.grpc_addr, settings.http_addr).await?;
+        let rules = Arc::new(arc_swap::ArcSwap::from_pointee(index));
+        let limiter = Arc::new(Limiter::new(
+            rules,
+            store,
+            Arc::new(SystemClock),
+            settings.limiter.clone(),
+        ));
+        let token = CancellationToken::new();
+        tokio::spawn(shutdown::cancel_on_signal(token.clone()));
+        server::serve(limiter, listeners, settings.serve, token).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            tracing::error!(error = &err as &dyn Error, "server failed");
+            eprintln!("error: {}", chain(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its causes, joined with ": ".
+fn chain(err: &dyn Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

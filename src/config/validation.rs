@@ -54,3 +54,9 @@ pub fn load_dir(_dir: &Path, _options: &LoadOptions) -> Result<Index, ConfigErro
 pub fn load_sources(_sources: &[Source], _options: &LoadOptions) -> Result<Index, ConfigError> {
     Ok(Index::empty())
 }
+
+impl std::fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.rendered)
+    }
+}

@@ -1,0 +1,168 @@
+//! Fixed window: one counter per epoch-aligned window of `window_secs`.
+//!
+//! Definition (the reference service's behaviour): the window containing `now`
+//! starts at `now_secs - now_secs % window_secs`. A hit of `hits` adds to that
+//! window's counter; the descriptor is over limit when the counter *after*
+//! adding exceeds the limit. Over-limit hits still count, so a caller that
+//! keeps hammering stays blocked for the rest of the window (reference parity).
+//! `hits = 0` reads the counter without consuming. A window resets exactly at
+//! its end; `reset_secs` is never 0 (on a boundary it is the whole window).
+
+use crate::clock::UnixMillis;
+
+/// Epoch-aligned fixed window of `window_secs` seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    window_secs: u64,
+}
+
+/// A fixed-window counter as a store keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counter {
+    /// Start of the window the count belongs to, in seconds since the epoch.
+    pub window_start_secs: u64,
+    /// Hits counted in that window.
+    pub count: u64,
+}
+
+/// The counter value before and after one application of hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    /// Count in the current window before this call.
+    pub before: u64,
+    /// Count in the current window after this call.
+    pub after: u64,
+}
+
+impl FixedWindow {
+    /// A window of `window_secs` seconds; 0 is treated as 1 so the math never
+    /// divides by zero (validation rejects 0 before it gets here).
+    pub const fn new(window_secs: u64) -> Self {
+        Self {
+            window_secs: if window_secs == 0 { 1 } else { window_secs },
+        }
+    }
+
+    /// Window length in seconds.
+    pub const fn window_secs(self) -> u64 {
+        self.window_secs
+    }
+
+    /// Start (seconds since the epoch) of the window containing `now`.
+    pub const fn window_start(self, now: UnixMillis) -> u64 {
+        let secs = now.as_secs();
+        secs - secs % self.window_secs
+    }
+
+    /// Seconds from `now` until the window containing it ends; in
+    /// `1..=window_secs`, computed on whole seconds like the reference.
+    pub const fn reset_secs(self, now: UnixMillis) -> u64 {
+        self.window_secs - now.as_secs() % self.window_secs
+    }
+
+    /// When the counter of the window containing `now` may be forgotten.
+    pub const fn expires_at(self, now: UnixMillis) -> UnixMillis {
+        UnixMillis::from_secs(self.window_start(now).saturating_add(self.window_secs))
+    }
+
+    /// Adds `hits` to `counter` at `now`, first resetting it if it belongs to
+    /// an earlier window.
+    pub fn apply(self, counter: &mut Counter, now: UnixMillis, hits: u64) -> Tally {
+        let start = self.window_start(now);
+        if counter.window_start_secs != start {
+            *counter = Counter {
+                window_start_secs: start,
+                count: 0,
+            };
+        }
+        let before = counter.count;
+        counter.count = before.saturating_add(hits);
+        Tally {
+            before,
+            after: counter.count,
+        }
+    }
+}
+
+/// Whether a counter that reached `after` is over a limit of `limit` hits.
+pub const fn is_over_limit(after: u64, limit: u64) -> bool {
+    after > limit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn windows_are_epoch_aligned() {
+        let minute = FixedWindow::new(60);
+        assert_eq!(minute.window_start(UnixMillis::from_secs(1_234)), 1_200);
+        assert_eq!(minute.reset_secs(UnixMillis::from_secs(1_234)), 26);
+        let hour = FixedWindow::new(3_600);
+        assert_eq!(hour.window_start(UnixMillis::from_secs(1_000_000)), 997_200);
+        let day = FixedWindow::new(86_400);
+        assert_eq!(day.window_start(UnixMillis::from_secs(1_000_000)), 950_400);
+    }
+
+    #[test]
+    fn reset_is_never_zero() {
+        let minute = FixedWindow::new(60);
+        assert_eq!(minute.reset_secs(UnixMillis::from_secs(1_200)), 60);
+        assert_eq!(minute.reset_secs(UnixMillis(1_259_999)), 1);
+        // Reference vector: now = 2222 with MINUTE gives a reset of 58.
+        assert_eq!(minute.reset_secs(UnixMillis::from_secs(2_222)), 58);
+    }
+
+    #[test]
+    fn counter_resets_at_the_boundary() {
+        let minute = FixedWindow::new(60);
+        let mut counter = Counter::default();
+        let t = UnixMillis::from_secs(1_200);
+        assert_eq!(minute.apply(&mut counter, t, 5).after, 5);
+        let just_before = UnixMillis(1_259_999);
+        assert_eq!(minute.apply(&mut counter, just_before, 1).after, 6);
+        let next = UnixMillis::from_secs(1_260);
+        let tally = minute.apply(&mut counter, next, 1);
+        assert_eq!((tally.before, tally.after), (0, 1));
+    }
+
+    #[test]
+    fn zero_hits_reads_without_consuming() {
+        let w = FixedWindow::new(3_600);
+        let mut counter = Counter::default();
+        let now = UnixMillis::from_secs(10);
+        w.apply(&mut counter, now, 11);
+        let tally = w.apply(&mut counter, now, 0);
+        assert_eq!((tally.before, tally.after), (11, 11));
+        assert!(is_over_limit(tally.after, 10));
+    }
+
+    proptest! {
+        /// Admitted hits per window never exceed the limit, and every window
+        /// starts from zero at its epoch-aligned boundary.
+        #[test]
+        fn admitted_hits_per_window_stay_within_limit(
+            window_secs in 1u64..120,
+            limit in 0u64..20,
+            steps in proptest::collection::vec((0u64..3_000, 0u64..4), 1..200),
+        ) {
+            let w = FixedWindow::new(window_secs);
+            let mut counter = Counter::default();
+            let mut now = UnixMillis::from_secs(1_700_000_000);
+            let mut admitted: std::collections::HashMap<u64, u64> = Default::default();
+            for (advance_ms, hits) in steps {
+                now = UnixMillis(now.0 + advance_ms);
+                let tally = w.apply(&mut counter, now, hits);
+                prop_assert!(tally.after >= tally.before);
+                if !is_over_limit(tally.after, limit) {
+                    *admitted.entry(w.window_start(now)).or_default() += hits;
+                }
+                prop_assert!(w.reset_secs(now) >= 1 && w.reset_secs(now) <= window_secs);
+            }
+            for total in admitted.values() {
+                prop_assert!(*total <= limit);
+            }
+        }
+    }
+}

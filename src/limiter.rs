@@ -1,0 +1,537 @@
+//! The decision: a request, the loaded rules and a store in; one status per
+//! descriptor and an overall code out, with the reference service's exact
+//! semantics (hits, shadow, quota, replaces, unlimited, overrides, headers).
+//!
+//! The limiter knows rules and descriptors but not the wire format (that is
+//! `server`) nor how counters are stored (that is `store`). Every request
+//! reads the rule index exactly once and the clock exactly once, and sends the
+//! store one batch.
+
+use crate::algorithm::FixedWindow;
+use crate::algorithm::fixed_window::{Tally, is_over_limit};
+use crate::clock::{Clock, UnixMillis};
+use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
+use crate::descriptor::{Descriptor, Request, Unit};
+use crate::store::{Batch, CounterId, Op, Store, StoreError};
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Answer for one descriptor, or for the whole request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Within the limit (or not limited at all).
+    Ok,
+    /// Over the limit.
+    OverLimit,
+}
+
+/// The limit that applied to a descriptor, as reported to the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLimit {
+    /// The rule's `name`, if it has one.
+    pub name: Option<Arc<str>>,
+    /// Allowed hits per window.
+    pub requests_per_unit: u32,
+    /// The rule's unit (a window may span `unit_multiplier` units).
+    pub unit: Unit,
+}
+
+/// The answer for one descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// OK or OVER_LIMIT (after shadow-mode rewriting).
+    pub code: Code,
+    /// The limit applied, or `None` when no limit matched.
+    pub current_limit: Option<CurrentLimit>,
+    /// Hits still allowed in this window (`u32::MAX` for unlimited rules).
+    pub limit_remaining: u32,
+    /// Time until the window resets, when a limit applied.
+    pub duration_until_reset: Option<Duration>,
+}
+
+impl Status {
+    const NO_LIMIT: Self = Self {
+        code: Code::Ok,
+        current_limit: None,
+        limit_remaining: 0,
+        duration_until_reset: None,
+    };
+
+    const UNLIMITED: Self = Self {
+        code: Code::Ok,
+        current_limit: None,
+        limit_remaining: u32::MAX,
+        duration_until_reset: None,
+    };
+}
+
+/// The answer to a whole request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// OVER_LIMIT if any (non-quota) descriptor is over its limit.
+    pub overall_code: Code,
+    /// One status per request descriptor, in request order.
+    pub statuses: Vec<Status>,
+    /// `RateLimit-*` headers for the most constrained descriptor, when enabled.
+    pub response_headers: Vec<(Arc<str>, String)>,
+}
+
+/// Names of the three rate-limit response headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// Header carrying the limit (`RateLimit-Limit`).
+    pub limit: Arc<str>,
+    /// Header carrying the remaining hits (`RateLimit-Remaining`).
+    pub remaining: Arc<str>,
+    /// Header carrying the seconds until reset (`RateLimit-Reset`).
+    pub reset: Arc<str>,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: Arc::from("RateLimit-Limit"),
+            remaining: Arc::from("RateLimit-Remaining"),
+            reset: Arc::from("RateLimit-Reset"),
+        }
+    }
+}
+
+/// Bounds on request size, so one caller cannot make the service do
+/// unbounded work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestBounds {
+    /// Most descriptors in one request.
+    pub max_descriptors: usize,
+    /// Most entries in one descriptor.
+    pub max_entries: usize,
+    /// Most bytes in one entry (key plus value).
+    pub max_entry_bytes: usize,
+}
+
+impl Default for RequestBounds {
+    fn default() -> Self {
+        Self {
+            max_descriptors: 64,
+            max_entries: 32,
+            max_entry_bytes: 4_096,
+        }
+    }
+}
+
+/// Process-wide decision settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimiterOptions {
+    /// `SHADOW_MODE`: an OVER_LIMIT overall code is answered as OK.
+    pub global_shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor is treated as `quota_mode`.
+    pub global_quota_mode: bool,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`: add `RateLimit-*` headers.
+    pub response_headers: Option<HeaderNames>,
+    /// Request size bounds.
+    pub bounds: RequestBounds,
+}
+
+/// Why a request got no decision.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    /// The domain is empty (reference wording).
+    #[error("rate limit domain must not be empty")]
+    EmptyDomain,
+    /// There are no descriptors (reference wording).
+    #[error("rate limit descriptor list must not be empty")]
+    EmptyDescriptors,
+    /// Too many descriptors.
+    #[error("request has {count} descriptors, more than the limit of {max}")]
+    TooManyDescriptors {
+        /// Descriptors sent.
+        count: usize,
+        /// Allowed maximum.
+        max: usize,
+    },
+    /// Too many entries in one descriptor.
+    #[error("descriptor {index} has {count} entries, more than the limit of {max}")]
+    TooManyEntries {
+        /// Position of the descriptor in the request.
+        index: usize,
+        /// Entries sent.
+        count: usize,
+        /// Allowed maximum.
+        max: usize,
+    },
+    /// One entry is too large.
+    #[error("descriptor {index} entry {entry} is {bytes} bytes, more than the limit of {max}")]
+    EntryTooLarge {
+        /// Position of the descriptor in the request.
+        index: usize,
+        /// Position of the entry in the descriptor.
+        entry: usize,
+        /// Key plus value length.
+        bytes: usize,
+        /// Allowed maximum.
+        max: usize,
+    },
+    /// The store failed; no decision could be made.
+    #[error("rate limit store failed")]
+    Store(#[from] StoreError),
+}
+
+impl LimitError {
+    /// Whether the caller's request was at fault (as opposed to the service).
+    pub fn is_invalid_request(&self) -> bool {
+        !matches!(self, Self::Store(_))
+    }
+}
+
+/// Shared, atomically swappable rule index: reloads store a new `Arc<Index>`
+/// and each request reads it once.
+pub type SharedIndex = Arc<ArcSwap<Index>>;
+
+/// Makes rate-limit decisions against a store.
+#[derive(Debug)]
+pub struct Limiter<S> {
+    rules: SharedIndex,
+    store: S,
+    clock: Arc<dyn Clock>,
+    options: LimiterOptions,
+}
+
+/// What one descriptor needs after lookup and `replaces`.
+#[derive(Debug)]
+enum Plan<'a> {
+    NoLimit,
+    Unlimited,
+    Limited {
+        limit: LimitView<'a>,
+        shadow_mode: bool,
+        quota_mode: bool,
+        /// Names of limits this one drops from the same request.
+        replaces: &'a [Arc<str>],
+        /// `share_threshold` substitutions: (entry index, wildcard pattern).
+        shared: Vec<(usize, &'a str)>,
+    },
+}
+
+/// A limit borrowed from the rules, or built from a request override.
+#[derive(Debug, Clone, Copy)]
+struct LimitView<'a> {
+    name: Option<&'a Arc<str>>,
+    requests_per_unit: u32,
+    unit: Unit,
+    window: FixedWindow,
+}
+
+impl<'a> LimitView<'a> {
+    fn from_rule(limit: &'a Limit) -> Self {
+        let window = match limit.algorithm {
+            Algorithm::FixedWindow => FixedWindow::new(limit.window_secs()),
+        };
+        Self {
+            name: limit.name.as_ref(),
+            requests_per_unit: limit.requests_per_unit,
+            unit: limit.unit,
+            window,
+        }
+    }
+
+    fn current_limit(&self) -> CurrentLimit {
+        CurrentLimit {
+            name: self.name.cloned(),
+            requests_per_unit: self.requests_per_unit,
+            unit: self.unit,
+        }
+    }
+}
+
+impl<S: Store> Limiter<S> {
+    /// A limiter over `rules` and `store`, reading time from `clock`.
+    pub fn new(
+        rules: SharedIndex,
+        store: S,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+    ) -> Self {
+        Self {
+            rules,
+            store,
+            clock,
+            options,
+        }
+    }
+
+    /// The store this limiter counts in.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The clock decisions are made with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The rule index in force.
+    pub fn rules(&self) -> &SharedIndex {
+        &self.rules
+    }
+
+    /// Answers one `ShouldRateLimit` request.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] for an empty or oversized request (nothing is counted)
+    /// or when the store fails.
+    pub async fn should_rate_limit(&self, request: &Request) -> Result<Response, LimitError> {
+        self.validate(request)?;
+        let index = self.rules.load_full();
+        let now = self.clock.now();
+
+        let mut plans: Vec<Plan<'_>> = request
+            .descriptors
+            .iter()
+            .map(|descriptor| self.plan(&index, &request.domain, descriptor))
+            .collect();
+        apply_replaces(&mut plans);
+
+        let request_hits = u64::from(request.hits_addend.max(1));
+        let mut batch = Batch::with_capacity(plans.len());
+        for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
+            if let Plan::Limited { limit, shared, .. } = plan {
+                batch.ops.push(Op {
+                    id: counter_id(&request.domain, descriptor, shared),
+                    window: limit.window,
+                    hits: descriptor.hits_addend.unwrap_or(request_hits),
+                });
+            }
+        }
+        let tallies = if batch.is_empty() {
+            Vec::new()
+        } else {
+            self.store.execute(batch, now).await?
+        };
+        Ok(self.respond(&plans, &tallies, now))
+    }
+
+    fn validate(&self, request: &Request) -> Result<(), LimitError> {
+        let bounds = self.options.bounds;
+        if request.domain.is_empty() {
+            return Err(LimitError::EmptyDomain);
+        }
+        if request.descriptors.is_empty() {
+            return Err(LimitError::EmptyDescriptors);
+        }
+        if request.descriptors.len() > bounds.max_descriptors {
+            return Err(LimitError::TooManyDescriptors {
+                count: request.descriptors.len(),
+                max: bounds.max_descriptors,
+            });
+        }
+        for (index, descriptor) in request.descriptors.iter().enumerate() {
+            if descriptor.entries.len() > bounds.max_entries {
+                return Err(LimitError::TooManyEntries {
+                    index,
+                    count: descriptor.entries.len(),
+                    max: bounds.max_entries,
+                });
+            }
+            for (entry_index, entry) in descriptor.entries.iter().enumerate() {
+                let bytes = entry.key.len() + entry.value.len();
+                if bytes > bounds.max_entry_bytes {
+                    return Err(LimitError::EntryTooLarge {
+                        index,
+                        entry: entry_index,
+                        bytes,
+                        max: bounds.max_entry_bytes,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn plan<'a>(&self, index: &'a Index, domain: &str, descriptor: &Descriptor) -> Plan<'a> {
+        if let Some(limit_override) = descriptor.limit {
+            // As in the reference, an override needs a known domain but not
+            // a matching rule, and carries no shadow, quota or name.
+            if !index.has_domain(domain) {
+                return Plan::NoLimit;
+            }
+            return Plan::Limited {
+                limit: LimitView {
+                    name: None,
+                    requests_per_unit: limit_override.requests_per_unit,
+                    unit: limit_override.unit,
+                    window: FixedWindow::new(limit_override.unit.seconds()),
+                },
+                shadow_mode: false,
+                quota_mode: self.options.global_quota_mode,
+                replaces: &[],
+                shared: Vec::new(),
+            };
+        }
+        match index.lookup(domain, &descriptor.entries) {
+            Lookup::UnknownDomain | Lookup::NoMatch => Plan::NoLimit,
+            Lookup::Matched(matched) => match &matched.rule.policy {
+                Policy::Unlimited => Plan::Unlimited,
+                Policy::Limited(limit) => Plan::Limited {
+                    limit: LimitView::from_rule(limit),
+                    shadow_mode: matched.rule.shadow_mode,
+                    quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
+                    replaces: &matched.rule.replaces,
+                    shared: matched.shared,
+                },
+            },
+        }
+    }
+
+    fn respond(&self, plans: &[Plan<'_>], tallies: &[Tally], now: UnixMillis) -> Response {
+        let mut tallies = tallies.iter();
+        let mut statuses = Vec::with_capacity(plans.len());
+        let (mut any_over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
+        for plan in plans {
+            let status = match plan {
+                Plan::NoLimit => Status::NO_LIMIT,
+                Plan::Unlimited => Status::UNLIMITED,
+                Plan::Limited {
+                    limit,
+                    shadow_mode,
+                    quota_mode,
+                    ..
+                } => {
+                    // The store answers one tally per op, in order; a missing
+                    // one would be a store bug, answered as "nothing counted".
+                    let after = tallies.next().map_or(0, |t| t.after);
+                    let limit_u64 = u64::from(limit.requests_per_unit);
+                    let over = is_over_limit(after, limit_u64);
+                    let remaining = if over {
+                        0
+                    } else {
+                        u32::try_from(limit_u64 - after).unwrap_or(u32::MAX)
+                    };
+                    let code = if over && !shadow_mode {
+                        Code::OverLimit
+                    } else {
+                        Code::Ok
+                    };
+                    if *quota_mode {
+                        quota_total += 1;
+                        quota_over += usize::from(code == Code::OverLimit);
+                    } else {
+                        any_over |= code == Code::OverLimit;
+                    }
+                    Status {
+                        code,
+                        current_limit: Some(limit.current_limit()),
+                        limit_remaining: remaining,
+                        duration_until_reset: Some(Duration::from_secs(
+                            limit.window.reset_secs(now),
+                        )),
+                    }
+                }
+            };
+            statuses.push(status);
+        }
+        let over = any_over || (quota_total > 0 && quota_over == quota_total);
+        let overall_code = if over && !self.options.global_shadow_mode {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        let response_headers = self
+            .options
+            .response_headers
+            .as_ref()
+            .map(|names| limit_headers(names, plans, &statuses))
+            .unwrap_or_default();
+        Response {
+            overall_code,
+            statuses,
+            response_headers,
+        }
+    }
+}
+
+/// Drops every limit whose name another matched limit of the same request
+/// `replaces` (reference: `constructLimitsToCheck`).
+fn apply_replaces(plans: &mut [Plan<'_>]) {
+    // Most requests carry no `replaces` at all; they allocate nothing here.
+    let mut replaced: Vec<&str> = Vec::new();
+    for plan in plans.iter() {
+        if let Plan::Limited { replaces, .. } = plan {
+            replaced.extend(replaces.iter().map(|name| &**name));
+        }
+    }
+    if replaced.is_empty() {
+        return;
+    }
+    for plan in plans.iter_mut() {
+        let is_replaced = matches!(
+            plan,
+            Plan::Limited { limit: LimitView { name: Some(name), .. }, .. }
+                if replaced.contains(&&***name)
+        );
+        if is_replaced {
+            *plan = Plan::NoLimit;
+        }
+    }
+}
+
+/// The counter identity of a descriptor: the request's own entries, with the
+/// wildcard pattern in place of the value where a `share_threshold` node
+/// matched, so every value under that wildcard shares one counter.
+fn counter_id(domain: &str, descriptor: &Descriptor, shared: &[(usize, &str)]) -> CounterId {
+    let entries = descriptor.entries.iter().enumerate().map(|(i, entry)| {
+        let value = shared
+            .iter()
+            .find(|(at, _)| *at == i)
+            .map_or(entry.value.as_str(), |(_, pattern)| *pattern);
+        (entry.key.as_str(), value)
+    });
+    CounterId::new(domain, entries)
+}
+
+/// The reference's "most constrained descriptor" headers: the smallest
+/// remaining among limited descriptors, unless a non-quota descriptor is over
+/// its limit, in which case the last such one.
+fn limit_headers(
+    names: &HeaderNames,
+    plans: &[Plan<'_>],
+    statuses: &[Status],
+) -> Vec<(Arc<str>, String)> {
+    let mut chosen: Option<usize> = None;
+    for (i, status) in statuses.iter().enumerate() {
+        if status.current_limit.is_none() {
+            continue;
+        }
+        let smaller = chosen.is_none_or(|c| status.limit_remaining < statuses[c].limit_remaining);
+        if smaller {
+            chosen = Some(i);
+        }
+    }
+    for (i, (status, plan)) in statuses.iter().zip(plans).enumerate() {
+        let quota = matches!(
+            plan,
+            Plan::Limited {
+                quota_mode: true,
+                ..
+            }
+        );
+        if status.code == Code::OverLimit && !quota {
+            chosen = Some(i);
+        }
+    }
+    let Some(i) = chosen else {
+        return Vec::new();
+    };
+    let status = &statuses[i];
+    let limit = status
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = status.duration_until_reset.map_or(0, |d| d.as_secs());
+    vec![
+        (names.limit.clone(), limit.to_string()),
+        (names.remaining.clone(), status.limit_remaining.to_string()),
+        (names.reset.clone(), reset.to_string()),
+    ]
+}

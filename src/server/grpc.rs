@@ -1,0 +1,269 @@
+//! The gRPC face: `envoy.service.ratelimit.v3.RateLimitService` over the
+//! limiter. Owns every conversion between proto and domain types and the one
+//! mapping from errors to gRPC status codes.
+
+use super::proto::envoy::config::core::v3::HeaderValue;
+use super::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use super::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    self, DescriptorStatus, rate_limit,
+};
+use super::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use super::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use super::proto::envoy::r#type::v3::RateLimitUnit;
+use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
+use crate::limiter::{Code, LimitError, Limiter, Response, Status};
+use crate::store::StoreKind;
+use std::sync::Arc;
+use tracing::{Span, field, instrument};
+
+/// The RLS service handed to tonic.
+#[derive(Debug, Clone)]
+pub(crate) struct RlsService {
+    limiter: Arc<Limiter<StoreKind>>,
+}
+
+impl RlsService {
+    pub(crate) fn new(limiter: Arc<Limiter<StoreKind>>) -> Self {
+        Self { limiter }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    #[instrument(
+        name = "should_rate_limit",
+        level = "debug",
+        skip_all,
+        fields(
+            rl.domain = %request.get_ref().domain,
+            rl.descriptors = request.get_ref().descriptors.len(),
+            rl.code = field::Empty,
+        )
+    )]
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        let request = request_from_proto(request.into_inner())?;
+        match self.limiter.should_rate_limit(&request).await {
+            Ok(response) => {
+                Span::current().record("rl.code", field::debug(response.overall_code));
+                Ok(tonic::Response::new(response_to_proto(response)))
+            }
+            Err(err) => Err(status_from_error(&err)),
+        }
+    }
+}
+
+/// Why a proto request cannot become a domain request.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConvertError {
+    #[error(
+        "descriptor {index} limit override has unit UNKNOWN; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+    )]
+    OverrideUnit { index: usize },
+}
+
+impl From<ConvertError> for tonic::Status {
+    fn from(err: ConvertError) -> Self {
+        Self::invalid_argument(err.to_string())
+    }
+}
+
+/// Converts the wire request into the domain request.
+pub(crate) fn request_from_proto(request: RateLimitRequest) -> Result<Request, ConvertError> {
+    let descriptors = request
+        .descriptors
+        .into_iter()
+        .enumerate()
+        .map(|(index, d)| descriptor_from_proto(index, d))
+        .collect::<Result<_, _>>()?;
+    Ok(Request {
+        domain: request.domain,
+        descriptors,
+        hits_addend: request.hits_addend,
+    })
+}
+
+fn descriptor_from_proto(index: usize, d: RateLimitDescriptor) -> Result<Descriptor, ConvertError> {
+    let limit = match d.limit {
+        None => None,
+        Some(o) => {
+            let unit = RateLimitUnit::try_from(o.unit)
+                .ok()
+                .and_then(unit_from_proto)
+                .ok_or(ConvertError::OverrideUnit { index })?;
+            Some(RateLimitOverride {
+                requests_per_unit: o.requests_per_unit,
+                unit,
+            })
+        }
+    };
+    Ok(Descriptor {
+        entries: d
+            .entries
+            .into_iter()
+            .map(|e| Entry {
+                key: e.key,
+                value: e.value,
+            })
+            .collect(),
+        limit,
+        hits_addend: d.hits_addend,
+    })
+}
+
+const fn unit_from_proto(unit: RateLimitUnit) -> Option<Unit> {
+    match unit {
+        RateLimitUnit::Unknown => None,
+        RateLimitUnit::Second => Some(Unit::Second),
+        RateLimitUnit::Minute => Some(Unit::Minute),
+        RateLimitUnit::Hour => Some(Unit::Hour),
+        RateLimitUnit::Day => Some(Unit::Day),
+        RateLimitUnit::Week => Some(Unit::Week),
+        RateLimitUnit::Month => Some(Unit::Month),
+        RateLimitUnit::Year => Some(Unit::Year),
+    }
+}
+
+const fn unit_to_proto(unit: Unit) -> rate_limit::Unit {
+    match unit {
+        Unit::Second => rate_limit::Unit::Second,
+        Unit::Minute => rate_limit::Unit::Minute,
+        Unit::Hour => rate_limit::Unit::Hour,
+        Unit::Day => rate_limit::Unit::Day,
+        Unit::Week => rate_limit::Unit::Week,
+        Unit::Month => rate_limit::Unit::Month,
+        Unit::Year => rate_limit::Unit::Year,
+    }
+}
+
+const fn code_to_proto(code: Code) -> rate_limit_response::Code {
+    match code {
+        Code::Ok => rate_limit_response::Code::Ok,
+        Code::OverLimit => rate_limit_response::Code::OverLimit,
+    }
+}
+
+fn status_to_proto(status: Status) -> DescriptorStatus {
+    DescriptorStatus {
+        code: code_to_proto(status.code).into(),
+        current_limit: status
+            .current_limit
+            .map(|l| rate_limit_response::RateLimit {
+                name: l.name.as_deref().unwrap_or_default().to_owned(),
+                requests_per_unit: l.requests_per_unit,
+                unit: unit_to_proto(l.unit).into(),
+            }),
+        limit_remaining: status.limit_remaining,
+        duration_until_reset: status.duration_until_reset.map(|d| prost_types::Duration {
+            seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            nanos: 0,
+        }),
+        quota: None,
+    }
+}
+
+/// Converts the domain response into the wire response.
+pub(crate) fn response_to_proto(response: Response) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: code_to_proto(response.overall_code).into(),
+        statuses: response.statuses.into_iter().map(status_to_proto).collect(),
+        response_headers_to_add: response
+            .response_headers
+            .into_iter()
+            .map(|(key, value)| HeaderValue {
+                key: key.to_string(),
+                value,
+                raw_value: Vec::new(),
+            })
+            .collect(),
+        ..RateLimitResponse::default()
+    }
+}
+
+/// The one mapping from a failed decision to a gRPC status.
+///
+/// Bad requests are INVALID_ARGUMENT with a message that says what is wrong.
+/// A store failure is UNAVAILABLE, never UNKNOWN or OK, so Envoy's
+/// `failure_mode_deny` decides; its cause is logged, not sent.
+pub(crate) fn status_from_error(err: &LimitError) -> tonic::Status {
+    match err {
+        LimitError::Store(store_err) => {
+            tracing::warn!(
+                error = store_err as &dyn std::error::Error,
+                "store unavailable"
+            );
+            tonic::Status::unavailable("rate limit store unavailable")
+        }
+        invalid => tonic::Status::invalid_argument(invalid.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::descriptor::Unit;
+    use crate::limiter::CurrentLimit;
+    use std::time::Duration;
+
+    #[test]
+    fn override_with_unknown_unit_is_rejected() {
+        let request = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![RateLimitDescriptor {
+                limit: Some(
+                    super::super::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
+                        requests_per_unit: 5,
+                        unit: 0,
+                    },
+                ),
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        };
+        let err = request_from_proto(request).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "descriptor 0 limit override has unit UNKNOWN; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+        );
+        assert_eq!(
+            tonic::Status::from(err).code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn week_keeps_its_proto_number() {
+        assert_eq!(unit_to_proto(Unit::Week) as i32, 7);
+        assert_eq!(unit_from_proto(RateLimitUnit::Month), Some(Unit::Month));
+        assert_eq!(RateLimitUnit::Year as i32, 6);
+    }
+
+    #[test]
+    fn response_fields_map_one_to_one() {
+        let proto = response_to_proto(Response {
+            overall_code: Code::OverLimit,
+            statuses: vec![Status {
+                code: Code::OverLimit,
+                current_limit: Some(CurrentLimit {
+                    name: Some("per_user".into()),
+                    requests_per_unit: 20,
+                    unit: Unit::Minute,
+                }),
+                limit_remaining: 0,
+                duration_until_reset: Some(Duration::from_secs(58)),
+            }],
+            response_headers: vec![("RateLimit-Limit".into(), "20".into())],
+        });
+        assert_eq!(proto.overall_code, 2);
+        let status = &proto.statuses[0];
+        let limit = status.current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+            ("per_user", 20, 2)
+        );
+        assert_eq!(status.duration_until_reset.unwrap().seconds, 58);
+        assert_eq!(proto.response_headers_to_add[0].key, "RateLimit-Limit");
+    }
+}

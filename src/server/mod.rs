@@ -1,0 +1,230 @@
+//! Assembles the listeners: gRPC (RLS, health, reflection) and HTTP, serves
+//! them until shutdown, then drains within a grace period.
+//!
+//! Shutdown order: health turns NOT_SERVING, listeners stop accepting,
+//! in-flight requests drain within `shutdown_grace`, background tasks are
+//! cancelled and awaited.
+
+mod grpc;
+mod http;
+pub mod proto;
+
+use crate::limiter::Limiter;
+use crate::store::StoreKind;
+use http::Health;
+use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::transport::server::TcpIncoming;
+use tracing::{Instrument as _, info, info_span, warn};
+
+/// gRPC health service names reported as SERVING / NOT_SERVING: the overall
+/// server ("") and the reference service's name.
+const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+
+/// How often the embedded store drops counters of ended windows.
+const MEMORY_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Listeners bound before serving (so tests can bind port 0 and read the
+/// address without any sleep).
+#[derive(Debug)]
+pub struct Listeners {
+    /// gRPC listener (RLS, health, reflection).
+    pub grpc: TcpListener,
+    /// HTTP listener (`/healthcheck`).
+    pub http: TcpListener,
+}
+
+impl Listeners {
+    /// Binds both addresses.
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Bind`] naming the address that could not be bound.
+    pub async fn bind(grpc: SocketAddr, http: SocketAddr) -> Result<Self, ServeError> {
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })
+        };
+        Ok(Self {
+            grpc: bind(grpc).await?,
+            http: bind(http).await?,
+        })
+    }
+}
+
+/// Serving options that are not decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// Longest time in-flight requests may take to drain on shutdown.
+    pub shutdown_grace: Duration,
+    /// Most concurrent requests per gRPC connection before load shedding.
+    pub max_concurrent_per_connection: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            shutdown_grace: Duration::from_secs(10),
+            max_concurrent_per_connection: 1_024,
+        }
+    }
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// Address asked for.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading a listener's address failed.
+    #[error("cannot read listener address")]
+    LocalAddr(#[source] std::io::Error),
+    /// The gRPC server failed.
+    #[error("grpc server failed")]
+    Grpc(#[source] tonic::transport::Error),
+    /// The HTTP server failed.
+    #[error("http server failed")]
+    Http(#[source] std::io::Error),
+    /// The reflection service could not be built from the descriptor set.
+    #[error("cannot build grpc reflection service")]
+    Reflection(#[source] tonic_reflection::server::Error),
+}
+
+/// Serves `limiter` on `listeners` until `shutdown` is cancelled, then
+/// drains and returns.
+///
+/// # Errors
+///
+/// [`ServeError`] if a server fails; a drain that outlives the grace period
+/// is logged, not an error.
+pub async fn serve(
+    limiter: Arc<Limiter<StoreKind>>,
+    listeners: Listeners,
+    options: ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    // A child token: ending this server never cancels the caller's token.
+    let shutdown = shutdown.child_token();
+    let grpc_addr = listeners.grpc.local_addr().map_err(ServeError::LocalAddr)?;
+    let http_addr = listeners.http.local_addr().map_err(ServeError::LocalAddr)?;
+    let tracker = TaskTracker::new();
+    spawn_background(&tracker, &limiter, &shutdown);
+
+    let health = Health::default();
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    for name in HEALTH_SERVICES {
+        health_reporter
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    health.set_serving(true);
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(ServeError::Reflection)?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(ServeError::Reflection)?;
+
+    // Both servers stop accepting only once health has been switched off,
+    // so a load balancer polling health sees NOT_SERVING before connections
+    // close.
+    let draining = CancellationToken::new();
+    tracker.spawn({
+        let (shutdown, draining, health) = (shutdown.clone(), draining.clone(), health.clone());
+        let reporter = health_reporter.clone();
+        async move {
+            shutdown.cancelled().await;
+            info!("shutdown started");
+            health.set_serving(false);
+            for name in HEALTH_SERVICES {
+                reporter
+                    .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                    .await;
+            }
+            draining.cancel();
+        }
+    });
+
+    let grpc = tonic::transport::Server::builder()
+        .concurrency_limit_per_connection(options.max_concurrent_per_connection)
+        .load_shed(true)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(RateLimitServiceServer::new(grpc::RlsService::new(limiter)))
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
+            draining.clone().cancelled_owned(),
+        );
+    let http = axum::serve(listeners.http, http::router(health))
+        .with_graceful_shutdown(draining.clone().cancelled_owned());
+
+    info!(grpc.addr = %grpc_addr, http.addr = %http_addr, "listening");
+    let servers = async {
+        tokio::try_join!(async { grpc.await.map_err(ServeError::Grpc) }, async {
+            http.await.map_err(ServeError::Http)
+        },)
+    };
+    let grace_elapsed = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(options.shutdown_grace).await;
+    };
+    let result = tokio::select! {
+        result = servers => result.map(|_| ()),
+        () = grace_elapsed => {
+            warn!(grace_secs = options.shutdown_grace.as_secs(), "shutdown grace period elapsed; dropping in-flight requests");
+            Ok(())
+        }
+    };
+    shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+    info!("shutdown complete");
+    result
+}
+
+/// Background work owned by the server: every loop ends on `shutdown`.
+fn spawn_background(
+    tracker: &TaskTracker,
+    limiter: &Arc<Limiter<StoreKind>>,
+    shutdown: &CancellationToken,
+) {
+    match limiter.store() {
+        StoreKind::Memory(store) => {
+            let store = store.clone();
+            let clock = limiter.clock().clone();
+            let shutdown = shutdown.clone();
+            tracker.spawn(
+                async move {
+                    let mut tick = tokio::time::interval(MEMORY_SWEEP_INTERVAL);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tokio::select! {
+                            () = shutdown.cancelled() => break,
+                            _ = tick.tick() => {
+                                let removed = store.sweep(clock.now());
+                                tracing::trace!(removed, "memory store swept");
+                            }
+                        }
+                    }
+                }
+                .instrument(info_span!("memory_sweeper")),
+            );
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! Process settings: command-line flags, each falling back to the reference
+//! service's environment variable, then to a default. Changing them needs a
+//! restart (rule files, by contrast, are reloadable).
+//!
+//! The environment is passed in as a map, so tests never touch the process
+//! environment.
+
+use crate::limiter::{HeaderNames, LimiterOptions, RequestBounds};
+use crate::server::ServeOptions;
+use clap::{Args, ValueEnum};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A snapshot of the environment variables settings may read.
+pub type Env = HashMap<String, String>;
+
+/// Rule directory used when neither the flag nor any `RUNTIME_*` variable is set.
+pub const DEFAULT_CONFIG_DIR: &str = "examples/config";
+const DEFAULT_HOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const DEFAULT_GRPC_PORT: u16 = 8081;
+const DEFAULT_HTTP_PORT: u16 = 8080;
+
+/// Which store counts hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreType {
+    /// Embedded in-process store (one instance, exact, lost on restart).
+    Memory,
+    /// Redis (shared by every instance).
+    Redis,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of `floodgate serve`; every one is optional and falls back to its
+/// environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// Rule directory [env: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY] [default: examples/config]
+    #[arg(long, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
+    /// Skip rule files whose name starts with '.' [env: RUNTIME_IGNOREDOTFILES]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub ignore_dotfiles: Option<bool>,
+    /// Merge rule files that name the same domain [env: MERGE_DOMAIN_CONFIG]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub merge_domain_config: Option<bool>,
+    /// gRPC listen address [env: GRPC_HOST, GRPC_PORT] [default: 127.0.0.1:8081]
+    #[arg(long, value_name = "ADDR")]
+    pub grpc_addr: Option<SocketAddr>,
+    /// HTTP listen address [env: HOST, PORT] [default: 127.0.0.1:8080]
+    #[arg(long, value_name = "ADDR")]
+    pub http_addr: Option<SocketAddr>,
+    /// Counter store [env: BACKEND_TYPE] [default: memory, or redis when REDIS_URL is set]
+    #[arg(long, value_enum)]
+    pub store: Option<StoreType>,
+    /// Log filter, e.g. `info` or `floodgate=debug` [env: LOG_LEVEL; RUST_LOG wins] [default: info]
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Log format [env: LOG_FORMAT] [default: text]
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Answer OVER_LIMIT requests as OK (statuses keep OVER_LIMIT) [env: SHADOW_MODE]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub shadow_mode: Option<bool>,
+    /// Treat every descriptor as quota_mode [env: QUOTA_MODE]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub quota_mode: Option<bool>,
+    /// Add RateLimit-* headers to responses [env: LIMIT_RESPONSE_HEADERS_ENABLED]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub limit_response_headers: Option<bool>,
+    /// Name of the limit header [env: LIMIT_LIMIT_HEADER] [default: RateLimit-Limit]
+    #[arg(long, value_name = "NAME")]
+    pub limit_limit_header: Option<String>,
+    /// Name of the remaining header [env: LIMIT_REMAINING_HEADER] [default: RateLimit-Remaining]
+    #[arg(long, value_name = "NAME")]
+    pub limit_remaining_header: Option<String>,
+    /// Name of the reset header [env: LIMIT_RESET_HEADER] [default: RateLimit-Reset]
+    #[arg(long, value_name = "NAME")]
+    pub limit_reset_header: Option<String>,
+    /// Most descriptors per request [env: MAX_DESCRIPTORS] [default: 64]
+    #[arg(long, value_name = "N")]
+    pub max_descriptors: Option<usize>,
+    /// Most entries per descriptor [env: MAX_DESCRIPTOR_ENTRIES] [default: 32]
+    #[arg(long, value_name = "N")]
+    pub max_entries: Option<usize>,
+    /// Most bytes per entry, key plus value [env: MAX_ENTRY_BYTES] [default: 4096]
+    #[arg(long, value_name = "BYTES")]
+    pub max_entry_bytes: Option<usize>,
+    /// Longest drain of in-flight requests on shutdown, e.g. `10s` [env: SHUTDOWN_GRACE] [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub shutdown_grace: Option<Duration>,
+}
+
+/// Fully resolved settings of one `serve` process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Rule directory.
+    pub config_dir: PathBuf,
+    /// Skip dot files in the rule directory.
+    pub ignore_dotfiles: bool,
+    /// Merge same-domain rule files.
+    pub merge_domain_config: bool,
+    /// gRPC listen address.
+    pub grpc_addr: SocketAddr,
+    /// HTTP listen address.
+    pub http_addr: SocketAddr,
+    /// Counter store.
+    pub store: StoreType,
+    /// Log filter directive.
+    pub log_level: String,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Decision settings.
+    pub limiter: LimiterOptions,
+    /// Serving settings.
+    pub serve: ServeOptions,
+}
+
+/// A setting that could not be understood.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SettingsError {
+    /// An environment variable holds a value of the wrong form.
+    #[error("environment variable {var}='{value}' is not {expected}")]
+    InvalidEnv {
+        /// Variable name.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+}
+
+impl Settings {
+    /// Resolves `args` over `env` over the defaults.
+    ///
+    /// # Errors
+    ///
+    /// [`SettingsError`] naming the variable whose value is malformed.
+    pub fn resolve(args: &ServeArgs, env: &Env) -> Result<Self, SettingsError> {
+        let get = |var: &str| env.get(var).filter(|v| !v.is_empty()).map(String::as_str);
+        let flag = |value: Option<bool>, var: &'static str| match value {
+            Some(v) => Ok(v),
+            None => get(var).map_or(Ok(false), |v| parse_bool(var, v)),
+        };
+
+        let config_dir = match &args.config_dir {
+            Some(dir) => dir.clone(),
+            None => runtime_dir(&get),
+        };
+        let grpc_addr = match args.grpc_addr {
+            Some(addr) => addr,
+            None => addr_from_env(&get, "GRPC_HOST", "GRPC_PORT", DEFAULT_GRPC_PORT)?,
+        };
+        let http_addr = match args.http_addr {
+            Some(addr) => addr,
+            None => addr_from_env(&get, "HOST", "PORT", DEFAULT_HTTP_PORT)?,
+        };
+        let store = match (args.store, get("BACKEND_TYPE")) {
+            (Some(store), _) => store,
+            (None, Some(value)) => StoreType::from_str(value, true).map_err(|_| {
+                SettingsError::InvalidEnv {
+                    var: "BACKEND_TYPE",
+                    value: value.to_owned(),
+                    expected: "memory or redis",
+                }
+            })?,
+            (None, None) if get("REDIS_URL").is_some() => StoreType::Redis,
+            (None, None) => StoreType::Memory,
+        };
+        let log_format = match (args.log_format, get("LOG_FORMAT")) {
+            (Some(format), _) => format,
+            (None, Some(value)) => LogFormat::from_str(value, true).map_err(|_| {
+                SettingsError::InvalidEnv {
+                    var: "LOG_FORMAT",
+                    value: value.to_owned(),
+                    expected: "text or json",
+                }
+            })?,
+            (None, None) => LogFormat::Text,
+        };
+        let response_headers = if flag(args.limit_response_headers, "LIMIT_RESPONSE_HEADERS_ENABLED")? {
+            let defaults = HeaderNames::default();
+            let name = |arg: &Option<String>, var: &str, default: Arc<str>| {
+                arg.as_deref().or_else(|| get(var)).map_or(default, Arc::from)
+            };
+            Some(HeaderNames {
+                limit: name(&args.limit_limit_header, "LIMIT_LIMIT_HEADER", defaults.limit),
+                remaining: name(&args.limit_remaining_header, "LIMIT_REMAINING_HEADER", defaults.remaining),
+                reset: name(&args.limit_reset_header, "LIMIT_RESET_HEADER", defaults.reset),
+            })
+        } else {
+            None
+        };
+        let defaults = RequestBounds::default();
+        let bounds = RequestBounds {
+            max_descriptors: number(args.max_descriptors, get("MAX_DESCRIPTORS"), "MAX_DESCRIPTORS", defaults.max_descriptors)?,
+            max_entries: number(args.max_entries, get("MAX_DESCRIPTOR_ENTRIES"), "MAX_DESCRIPTOR_ENTRIES", defaults.max_entries)?,
+            max_entry_bytes: number(args.max_entry_bytes, get("MAX_ENTRY_BYTES"), "MAX_ENTRY_BYTES", defaults.max_entry_bytes)?,
+        };
+        let serve_defaults = ServeOptions::default();
+        let shutdown_grace = match (args.shutdown_grace, get("SHUTDOWN_GRACE")) {
+            (Some(grace), _) => grace,
+            (None, Some(value)) => parse_duration(value).map_err(|_| SettingsError::InvalidEnv {
+                var: "SHUTDOWN_GRACE",
+                value: value.to_owned(),
+                expected: "a duration such as 10s or 500ms",
+            })?,
+            (None, None) => serve_defaults.shutdown_grace,
+        };
+
+        Ok(Self {
+            config_dir,
+            ignore_dotfiles: flag(args.ignore_dotfiles, "RUNTIME_IGNOREDOTFILES")?,
+            merge_domain_config: flag(args.merge_domain_config, "MERGE_DOMAIN_CONFIG")?,
+            grpc_addr,
+            http_addr,
+            store,
+            log_level: args
+                .log_level
+                .clone()
+                .or_else(|| get("LOG_LEVEL").map(str::to_ascii_lowercase))
+                .unwrap_or_else(|| "info".to_owned()),
+            log_format,
+            limiter: LimiterOptions {
+                global_shadow_mode: flag(args.shadow_mode, "SHADOW_MODE")?,
+                global_quota_mode: flag(args.quota_mode, "QUOTA_MODE")?,
+                response_headers,
+                bounds,
+            },
+            serve: ServeOptions {
+                shutdown_grace,
+                ..serve_defaults
+            },
+        })
+    }
+}
+
+/// The reference's rule directory, `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`,
+/// when any of them is set; otherwise the bundled examples.
+fn runtime_dir<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> PathBuf {
+    let (root, sub, app) = (
+        get("RUNTIME_ROOT"),
+        get("RUNTIME_SUBDIRECTORY"),
+        get("RUNTIME_APPDIRECTORY"),
+    );
+    if root.is_none() && sub.is_none() && app.is_none() {
+        return PathBuf::from(DEFAULT_CONFIG_DIR);
+    }
+    let mut dir = PathBuf::from(root.unwrap_or("/srv/runtime_data/current"));
+    if let Some(sub) = sub {
+        dir.push(sub);
+    }
+    dir.push(app.unwrap_or("config"));
+    dir
+}
+
+fn addr_from_env<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    host_var: &'static str,
+    port_var: &'static str,
+    default_port: u16,
+) -> Result<SocketAddr, SettingsError> {
+    let host = match get(host_var) {
+        None => DEFAULT_HOST,
+        Some(value) => value.parse().map_err(|_| SettingsError::InvalidEnv {
+            var: host_var,
+            value: value.to_owned(),
+            expected: "an IP address",
+        })?,
+    };
+    let port = match get(port_var) {
+        None => default_port,
+        Some(value) => value.parse().map_err(|_| SettingsError::InvalidEnv {
+            var: port_var,
+            value: value.to_owned(),
+            expected: "a port number",
+        })?,
+    };
+    Ok(SocketAddr::new(host, port))
+}
+
+fn number(
+    arg: Option<usize>,
+    env: Option<&str>,
+    var: &'static str,
+    default: usize,
+) -> Result<usize, SettingsError> {
+    match (arg, env) {
+        (Some(n), _) => Ok(n),
+        (None, Some(value)) => value.parse().map_err(|_| SettingsError::InvalidEnv {
+            var,
+            value: value.to_owned(),
+            expected: "a whole number",
+        }),
+        (None, None) => Ok(default),
+    }
+}
+
+/// Parses a boolean the way the reference's Go settings do (`strconv.ParseBool`).
+fn parse_bool(var: &'static str, value: &str) -> Result<bool, SettingsError> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(SettingsError::InvalidEnv {
+            var,
+            value: value.to_owned(),
+            expected: "a boolean (true/false/1/0)",
+        }),
+    }
+}
+
+/// Parses a duration such as `250ms`, `10s`, `5m` or `1h`.
+///
+/// # Errors
+///
+/// A message naming the accepted forms.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration such as 500ms, 10s, 5m or 1h"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(value)),
+        "s" => Ok(Duration::from_secs(value)),
+        "m" => Ok(Duration::from_secs(value.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(value.saturating_mul(3_600))),
+        _ => Err(format!("'{text}' is not a duration such as 500ms, 10s, 5m or 1h")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    fn resolve(args: &[&str], vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+        let cli = Cli::try_parse_from(std::iter::once("floodgate").chain(args.iter().copied())).unwrap();
+        Settings::resolve(&cli.serve, &env(vars))
+    }
+
+    #[test]
+    fn defaults_serve_the_examples_on_loopback_with_memory() {
+        let s = resolve(&[], &[]).unwrap();
+        assert_eq!(s.config_dir, PathBuf::from("examples/config"));
+        assert_eq!(s.grpc_addr, "127.0.0.1:8081".parse().unwrap());
+        assert_eq!(s.http_addr, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(s.store, StoreType::Memory);
+        assert_eq!(s.log_level, "info");
+        assert_eq!(s.limiter, LimiterOptions::default());
+    }
+
+    #[test]
+    fn reference_environment_is_honoured() {
+        let s = resolve(
+            &[],
+            &[
+                ("RUNTIME_ROOT", "/srv/rt"),
+                ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+                ("GRPC_HOST", "0.0.0.0"),
+                ("GRPC_PORT", "9081"),
+                ("PORT", "9080"),
+                ("REDIS_URL", "127.0.0.1:6379"),
+                ("LOG_LEVEL", "DEBUG"),
+                ("LOG_FORMAT", "json"),
+                ("SHADOW_MODE", "true"),
+                ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
+                ("LIMIT_RESET_HEADER", "X-Reset"),
+                ("MAX_DESCRIPTORS", "8"),
+                ("SHUTDOWN_GRACE", "250ms"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.config_dir, PathBuf::from("/srv/rt/ratelimit/config"));
+        assert_eq!(s.grpc_addr, "0.0.0.0:9081".parse().unwrap());
+        assert_eq!(s.http_addr, "127.0.0.1:9080".parse().unwrap());
+        assert_eq!(s.store, StoreType::Redis);
+        assert_eq!(s.log_level, "debug");
+        assert_eq!(s.log_format, LogFormat::Json);
+        assert!(s.limiter.global_shadow_mode);
+        let headers = s.limiter.response_headers.unwrap();
+        assert_eq!(&*headers.limit, "RateLimit-Limit");
+        assert_eq!(&*headers.reset, "X-Reset");
+        assert_eq!(s.limiter.bounds.max_descriptors, 8);
+        assert_eq!(s.serve.shutdown_grace, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn flags_win_over_environment() {
+        let s = resolve(
+            &["--config-dir", "rules", "--grpc-addr", "127.0.0.1:1", "--store", "memory", "--shadow-mode=false"],
+            &[("RUNTIME_ROOT", "/x"), ("GRPC_PORT", "2"), ("BACKEND_TYPE", "redis"), ("SHADOW_MODE", "true")],
+        )
+        .unwrap();
+        assert_eq!(s.config_dir, PathBuf::from("rules"));
+        assert_eq!(s.grpc_addr.port(), 1);
+        assert_eq!(s.store, StoreType::Memory);
+        assert!(!s.limiter.global_shadow_mode);
+    }
+
+    #[test]
+    fn bare_boolean_flag_means_true() {
+        let s = resolve(&["--quota-mode"], &[]).unwrap();
+        assert!(s.limiter.global_quota_mode);
+    }
+
+    #[test]
+    fn malformed_environment_is_named() {
+        let err = resolve(&[], &[("SHADOW_MODE", "yes")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "environment variable SHADOW_MODE='yes' is not a boolean (true/false/1/0)"
+        );
+        let err = resolve(&[], &[("GRPC_PORT", "http")]).unwrap_err();
+        assert_eq!(err.to_string(), "environment variable GRPC_PORT='http' is not a port number");
+        let err = resolve(&[], &[("BACKEND_TYPE", "memcache")]).unwrap_err();
+        assert!(err.to_string().contains("memory or redis"));
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+}

@@ -1,0 +1,101 @@
+//! Counter stores. A request becomes one [`Batch`]; a store executes it in one
+//! round trip and reports each operation's [`Tally`].
+//!
+//! Stores know nothing of descriptors or rules: they see escaped counter
+//! identities, algorithm parameters and hit counts.
+
+mod identity;
+pub mod memory;
+
+pub use identity::CounterId;
+pub use memory::MemoryStore;
+
+use crate::algorithm::FixedWindow;
+use crate::algorithm::fixed_window::Tally;
+use crate::clock::UnixMillis;
+use std::future::Future;
+
+/// One counter operation: add `hits` to the counter `id` under `window`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    /// Escaped identity of the counter (domain and descriptor entries).
+    pub id: CounterId,
+    /// Window the counter lives in.
+    pub window: FixedWindow,
+    /// Hits to add; 0 reads without consuming.
+    pub hits: u64,
+}
+
+/// All counter operations of one request, executed in one round trip.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    /// Operations, answered in this order.
+    pub ops: Vec<Op>,
+}
+
+impl Batch {
+    /// A batch with room for `n` operations.
+    pub fn with_capacity(n: usize) -> Self {
+        Self {
+            ops: Vec::with_capacity(n),
+        }
+    }
+
+    /// Whether there is nothing to execute.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// Why a store could not execute a batch.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store is shutting down and takes no more work.
+    #[error("store is shut down")]
+    Closed,
+}
+
+impl StoreError {
+    /// Whether retrying later may succeed (the store may come back).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Closed => false,
+        }
+    }
+}
+
+/// A place where counters live.
+///
+/// Implementations must apply each operation atomically: concurrent batches
+/// touching the same counter never lose or double-count hits.
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Executes every operation of `batch` at time `now`, returning one
+    /// [`Tally`] per operation in order.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be reached or refuses the batch;
+    /// then nothing is known about which operations were applied.
+    fn execute(
+        &self,
+        batch: Batch,
+        now: UnixMillis,
+    ) -> impl Future<Output = Result<Vec<Tally>, StoreError>> + Send;
+}
+
+/// The stores floodgate can run on, as one concrete type so the hot path
+/// needs no dynamic dispatch.
+#[derive(Debug, Clone)]
+pub enum StoreKind {
+    /// In-process counters: exact for one instance, lost on restart.
+    Memory(MemoryStore),
+}
+
+impl Store for StoreKind {
+    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Tally>, StoreError> {
+        match self {
+            Self::Memory(store) => store.execute(batch, now).await,
+        }
+    }
+}

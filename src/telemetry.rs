@@ -1,0 +1,56 @@
+//! Installs the tracing subscriber: the only place that does.
+
+use crate::settings::LogFormat;
+use tracing_subscriber::EnvFilter;
+
+/// Why logging could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    /// The log filter does not parse.
+    #[error("invalid log level '{filter}'")]
+    Filter {
+        /// The filter text.
+        filter: String,
+        /// Cause.
+        #[source]
+        source: tracing_subscriber::filter::ParseError,
+    },
+    /// A global subscriber was already installed.
+    #[error("logging already initialised")]
+    AlreadySet(#[source] tracing_subscriber::util::TryInitError),
+}
+
+/// Installs a global subscriber writing to stderr. `RUST_LOG`, when set in
+/// `rust_log`, wins over `level` (LOG_LEVEL).
+///
+/// # Errors
+///
+/// [`TelemetryError`] if the filter is invalid or a subscriber exists.
+pub fn init(level: &str, rust_log: Option<&str>, format: LogFormat) -> Result<(), TelemetryError> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let directive = rust_log.filter(|s| !s.is_empty()).unwrap_or(level);
+    let filter = EnvFilter::builder()
+        .parse(directive)
+        .map_err(|source| TelemetryError::Filter {
+            filter: directive.to_owned(),
+            source,
+        })?;
+    let registry = tracing_subscriber::registry().with(filter);
+    let result = match format {
+        LogFormat::Text => registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .try_init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+    };
+    result.map_err(TelemetryError::AlreadySet)
+}
