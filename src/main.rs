@@ -127,11 +127,16 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     let store = match settings.store {
         StoreType::Memory => StoreKind::Memory(MemoryStore::new()),
         StoreType::Redis => {
-            eprintln!("error: the redis store is not available in this build yet; use --store memory");
+            eprintln!(
+                "error: the redis store is not available in this build yet; use --store memory"
+            );
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {}", chain(&err));

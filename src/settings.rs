@@ -169,54 +169,88 @@ impl Settings {
         };
         let store = match (args.store, get("BACKEND_TYPE")) {
             (Some(store), _) => store,
-            (None, Some(value)) => StoreType::from_str(value, true).map_err(|_| {
-                SettingsError::InvalidEnv {
+            (None, Some(value)) => {
+                StoreType::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
                     var: "BACKEND_TYPE",
                     value: value.to_owned(),
                     expected: "memory or redis",
-                }
-            })?,
+                })?
+            }
             (None, None) if get("REDIS_URL").is_some() => StoreType::Redis,
             (None, None) => StoreType::Memory,
         };
         let log_format = match (args.log_format, get("LOG_FORMAT")) {
             (Some(format), _) => format,
-            (None, Some(value)) => LogFormat::from_str(value, true).map_err(|_| {
-                SettingsError::InvalidEnv {
+            (None, Some(value)) => {
+                LogFormat::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
                     var: "LOG_FORMAT",
                     value: value.to_owned(),
                     expected: "text or json",
-                }
-            })?,
+                })?
+            }
             (None, None) => LogFormat::Text,
         };
-        let response_headers = if flag(args.limit_response_headers, "LIMIT_RESPONSE_HEADERS_ENABLED")? {
+        let response_headers = if flag(
+            args.limit_response_headers,
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+        )? {
             let defaults = HeaderNames::default();
             let name = |arg: &Option<String>, var: &str, default: Arc<str>| {
-                arg.as_deref().or_else(|| get(var)).map_or(default, Arc::from)
+                arg.as_deref()
+                    .or_else(|| get(var))
+                    .map_or(default, Arc::from)
             };
             Some(HeaderNames {
-                limit: name(&args.limit_limit_header, "LIMIT_LIMIT_HEADER", defaults.limit),
-                remaining: name(&args.limit_remaining_header, "LIMIT_REMAINING_HEADER", defaults.remaining),
-                reset: name(&args.limit_reset_header, "LIMIT_RESET_HEADER", defaults.reset),
+                limit: name(
+                    &args.limit_limit_header,
+                    "LIMIT_LIMIT_HEADER",
+                    defaults.limit,
+                ),
+                remaining: name(
+                    &args.limit_remaining_header,
+                    "LIMIT_REMAINING_HEADER",
+                    defaults.remaining,
+                ),
+                reset: name(
+                    &args.limit_reset_header,
+                    "LIMIT_RESET_HEADER",
+                    defaults.reset,
+                ),
             })
         } else {
             None
         };
         let defaults = RequestBounds::default();
         let bounds = RequestBounds {
-            max_descriptors: number(args.max_descriptors, get("MAX_DESCRIPTORS"), "MAX_DESCRIPTORS", defaults.max_descriptors)?,
-            max_entries: number(args.max_entries, get("MAX_DESCRIPTOR_ENTRIES"), "MAX_DESCRIPTOR_ENTRIES", defaults.max_entries)?,
-            max_entry_bytes: number(args.max_entry_bytes, get("MAX_ENTRY_BYTES"), "MAX_ENTRY_BYTES", defaults.max_entry_bytes)?,
+            max_descriptors: number(
+                args.max_descriptors,
+                get("MAX_DESCRIPTORS"),
+                "MAX_DESCRIPTORS",
+                defaults.max_descriptors,
+            )?,
+            max_entries: number(
+                args.max_entries,
+                get("MAX_DESCRIPTOR_ENTRIES"),
+                "MAX_DESCRIPTOR_ENTRIES",
+                defaults.max_entries,
+            )?,
+            max_entry_bytes: number(
+                args.max_entry_bytes,
+                get("MAX_ENTRY_BYTES"),
+                "MAX_ENTRY_BYTES",
+                defaults.max_entry_bytes,
+            )?,
         };
         let serve_defaults = ServeOptions::default();
         let shutdown_grace = match (args.shutdown_grace, get("SHUTDOWN_GRACE")) {
             (Some(grace), _) => grace,
-            (None, Some(value)) => parse_duration(value).map_err(|_| SettingsError::InvalidEnv {
-                var: "SHUTDOWN_GRACE",
-                value: value.to_owned(),
-                expected: "a duration such as 10s or 500ms",
-            })?,
+            (None, Some(value)) => {
+                parse_duration(value).map_err(|_| SettingsError::InvalidEnv {
+                    var: "SHUTDOWN_GRACE",
+                    value: value.to_owned(),
+                    expected: "a duration such as 10s or 500ms",
+                })?
+            }
             (None, None) => serve_defaults.shutdown_grace,
         };
 
@@ -340,7 +374,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => Ok(Duration::from_secs(value)),
         "m" => Ok(Duration::from_secs(value.saturating_mul(60))),
         "h" => Ok(Duration::from_secs(value.saturating_mul(3_600))),
-        _ => Err(format!("'{text}' is not a duration such as 500ms, 10s, 5m or 1h")),
+        _ => Err(format!(
+            "'{text}' is not a duration such as 500ms, 10s, 5m or 1h"
+        )),
     }
 }
 
@@ -356,11 +392,15 @@ mod tests {
     }
 
     fn env(pairs: &[(&str, &str)]) -> Env {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     fn resolve(args: &[&str], vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
-        let cli = Cli::try_parse_from(std::iter::once("floodgate").chain(args.iter().copied())).unwrap();
+        let cli =
+            Cli::try_parse_from(std::iter::once("floodgate").chain(args.iter().copied())).unwrap();
         Settings::resolve(&cli.serve, &env(vars))
     }
 
@@ -413,8 +453,21 @@ mod tests {
     #[test]
     fn flags_win_over_environment() {
         let s = resolve(
-            &["--config-dir", "rules", "--grpc-addr", "127.0.0.1:1", "--store", "memory", "--shadow-mode=false"],
-            &[("RUNTIME_ROOT", "/x"), ("GRPC_PORT", "2"), ("BACKEND_TYPE", "redis"), ("SHADOW_MODE", "true")],
+            &[
+                "--config-dir",
+                "rules",
+                "--grpc-addr",
+                "127.0.0.1:1",
+                "--store",
+                "memory",
+                "--shadow-mode=false",
+            ],
+            &[
+                ("RUNTIME_ROOT", "/x"),
+                ("GRPC_PORT", "2"),
+                ("BACKEND_TYPE", "redis"),
+                ("SHADOW_MODE", "true"),
+            ],
         )
         .unwrap();
         assert_eq!(s.config_dir, PathBuf::from("rules"));
@@ -437,7 +490,10 @@ mod tests {
             "environment variable SHADOW_MODE='yes' is not a boolean (true/false/1/0)"
         );
         let err = resolve(&[], &[("GRPC_PORT", "http")]).unwrap_err();
-        assert_eq!(err.to_string(), "environment variable GRPC_PORT='http' is not a port number");
+        assert_eq!(
+            err.to_string(),
+            "environment variable GRPC_PORT='http' is not a port number"
+        );
         let err = resolve(&[], &[("BACKEND_TYPE", "memcache")]).unwrap_err();
         assert!(err.to_string().contains("memory or redis"));
     }

@@ -18,7 +18,10 @@ pub async fn cancel_on_signal(token: CancellationToken) {
                 }
             }
             Err(err) => {
-                tracing::error!(error = &err as &dyn std::error::Error, "cannot install SIGTERM handler");
+                tracing::error!(
+                    error = &err as &dyn std::error::Error,
+                    "cannot install SIGTERM handler"
+                );
             }
         }
     }

@@ -31,12 +31,13 @@ pub fn init(level: &str, rust_log: Option<&str>, format: LogFormat) -> Result<()
     use tracing_subscriber::util::SubscriberInitExt as _;
 
     let directive = rust_log.filter(|s| !s.is_empty()).unwrap_or(level);
-    let filter = EnvFilter::builder()
-        .parse(directive)
-        .map_err(|source| TelemetryError::Filter {
-            filter: directive.to_owned(),
-            source,
-        })?;
+    let filter =
+        EnvFilter::builder()
+            .parse(directive)
+            .map_err(|source| TelemetryError::Filter {
+                filter: directive.to_owned(),
+                source,
+            })?;
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         LogFormat::Text => registry

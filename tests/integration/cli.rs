@@ -1,0 +1,165 @@
+//! The binary as a user runs it: `check-config`, and `serve` from start to a
+//! graceful SIGTERM exit.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn floodgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_floodgate"))
+}
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+#[test]
+fn check_config_summarises_the_examples() {
+    let out = floodgate()
+        .arg("check-config")
+        .arg(repo("examples/config"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("domain 'edge'"), "{stdout}");
+    assert!(stdout.contains("domain 'rl'"), "{stdout}");
+}
+
+#[test]
+fn check_config_reports_every_error_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minutes, requests_per_unit: 1}\n  - key: ''\n",
+    )
+    .unwrap();
+    let out = floodgate()
+        .arg("check-config")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("bad.yaml"), "{stderr}");
+    assert!(
+        stderr.contains("invalid rate limit unit 'minutes'"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("descriptor has empty key"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_a_bad_rule_file_before_binding() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("typo.yaml"),
+        "domain: d\ndescriptors:\n  - key: a\n    ratelimit: {}\n",
+    )
+    .unwrap();
+    let out = floodgate()
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("unknown key 'ratelimit'"), "{stderr}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = floodgate()
+        .args(["serve", "--store", "postgres"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn serve_answers_health_then_exits_cleanly_on_sigterm() {
+    let http_port = free_port();
+    let grpc_port = free_port();
+    let mut child = floodgate()
+        .arg("serve")
+        .current_dir(repo(""))
+        .env_clear()
+        .env("GRPC_PORT", grpc_port.to_string())
+        .env("PORT", http_port.to_string())
+        .env("LOG_LEVEL", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let healthy = loop {
+        if let Ok(body) = http_get(http_port, "/healthcheck") {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "floodgate did not become healthy"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "floodgate exited early"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(healthy.starts_with("HTTP/1.1 200"), "{healthy}");
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("floodgate did not exit after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(exit.success(), "{stderr}");
+    assert!(stderr.contains("shutdown complete"), "{stderr}");
+}
+
+fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}

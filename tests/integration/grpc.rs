@@ -1,0 +1,261 @@
+//! The gRPC surface end to end: a real tonic client against a served
+//! floodgate on the embedded store with a manual clock.
+
+use crate::support::grpc::{TestServer, ask, index, request};
+use floodgate::clock::{ManualClock, UnixMillis};
+use floodgate::limiter::LimiterOptions;
+use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use floodgate::store::{MemoryStore, StoreKind};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const OK: i32 = 1;
+const OVER_LIMIT: i32 = 2;
+
+const RULES: &str = r"
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3, name: per_user}
+  - key: fifty
+    rate_limit: {unit: hour, requests_per_unit: 50}
+";
+
+async fn start(options: LimiterOptions) -> (TestServer, ManualClock) {
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_040));
+    let server = TestServer::start(
+        index(&[("edge.yaml", RULES)]),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(clock.clone()),
+        options,
+    )
+    .await;
+    (server, clock)
+}
+
+#[tokio::test]
+async fn limits_then_resets_at_the_window_edge() {
+    let (server, clock) = start(LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let r = ask(&mut client, request("edge", &[&[("user", "alice")]])).await;
+        seen.push((r.overall_code, r.statuses[0].limit_remaining));
+    }
+    assert_eq!(seen, vec![(OK, 2), (OK, 1), (OK, 0), (OVER_LIMIT, 0)]);
+
+    let r = ask(&mut client, request("edge", &[&[("user", "alice")]])).await;
+    let status = &r.statuses[0];
+    let limit = status.current_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.name.as_str(), limit.requests_per_unit, limit.unit),
+        ("per_user", 3, 2)
+    );
+    assert_eq!(status.duration_until_reset.unwrap().seconds, 20);
+
+    // Another user is unaffected; the next minute starts afresh.
+    let r = ask(&mut client, request("edge", &[&[("user", "bob")]])).await;
+    assert_eq!(r.overall_code, OK);
+    clock.advance(Duration::from_secs(20));
+    let r = ask(&mut client, request("edge", &[&[("user", "alice")]])).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 2));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn concurrent_calls_admit_exactly_the_limit() {
+    let (server, _) = start(LimiterOptions::default()).await;
+    let channel = server.channel().await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let mut client =
+            floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(
+                channel.clone(),
+            );
+        calls.spawn(async move { ask(&mut client, request("edge", &[&[("fifty", "x")]])).await });
+    }
+    let mut ok = 0;
+    let mut over = 0;
+    while let Some(result) = calls.join_next().await {
+        match result.unwrap().overall_code {
+            OK => ok += 1,
+            OVER_LIMIT => over += 1,
+            other => panic!("unexpected code {other}"),
+        }
+    }
+    assert_eq!((ok, over), (50, 150));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_domain_and_unmatched_descriptor_are_ok_without_limit() {
+    let (server, _) = start(LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    let r = ask(&mut client, request("nowhere", &[&[("user", "a")]])).await;
+    assert_eq!(r.overall_code, OK);
+    assert!(r.statuses[0].current_limit.is_none());
+    let r = ask(
+        &mut client,
+        request("edge", &[&[("other", "a")], &[("user", "a"), ("x", "y")]]),
+    )
+    .await;
+    assert_eq!(r.statuses.len(), 2);
+    assert!(
+        r.statuses
+            .iter()
+            .all(|s| s.code == OK && s.current_limit.is_none())
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_invalid_argument_and_count_nothing() {
+    let (server, _) = start(LimiterOptions::default()).await;
+    let mut client = server.client().await;
+
+    let err = client
+        .should_rate_limit(request("", &[&[("user", "a")]]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(err.message(), "rate limit domain must not be empty");
+
+    let err = client
+        .should_rate_limit(request("edge", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "rate limit descriptor list must not be empty"
+    );
+
+    let many: Vec<&[(&str, &str)]> = vec![&[("user", "a")]; 65];
+    let err = client
+        .should_rate_limit(request("edge", &many))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "request has 65 descriptors, more than the limit of 64"
+    );
+
+    let mut unknown_unit = request("edge", &[&[("user", "a")]]);
+    unknown_unit.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 0,
+    });
+    let err = client.should_rate_limit(unknown_unit).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("unit UNKNOWN"), "{}", err.message());
+
+    // None of the rejected requests counted a hit for user "a".
+    let r = ask(&mut client, request("edge", &[&[("user", "a")]])).await;
+    assert_eq!(r.statuses[0].limit_remaining, 2);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn override_and_per_descriptor_hits_addend() {
+    let (server, _) = start(LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    let mut req = request("edge", &[&[("anything", "x")]]);
+    req.descriptors[0].limit = Some(RateLimitOverride {
+        requests_per_unit: 10,
+        unit: 3, // HOUR
+    });
+    req.descriptors[0].hits_addend = Some(4);
+    let r = ask(&mut client, req.clone()).await;
+    assert_eq!(r.statuses[0].limit_remaining, 6);
+    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().unit, 3);
+    req.descriptors[0].hits_addend = Some(0);
+    let r = ask(&mut client, req).await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 6));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn response_headers_when_enabled() {
+    let (server, _) = start(LimiterOptions {
+        response_headers: Some(floodgate::limiter::HeaderNames::default()),
+        ..LimiterOptions::default()
+    })
+    .await;
+    let mut client = server.client().await;
+    let r = ask(&mut client, request("edge", &[&[("user", "h")]])).await;
+    let headers: Vec<(&str, &str)> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect();
+    assert_eq!(
+        headers,
+        vec![
+            ("RateLimit-Limit", "3"),
+            ("RateLimit-Remaining", "2"),
+            ("RateLimit-Reset", "20")
+        ]
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_and_reflection_are_served() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let (server, _) = start(LimiterOptions::default()).await;
+    let channel = server.channel().await;
+    let mut health = HealthClient::new(channel.clone());
+    for service in ["", "ratelimit"] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "service '{service}'");
+    }
+
+    let mut reflection = ServerReflectionClient::new(channel);
+    let ask_list = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies = reflection
+        .server_reflection_info(tokio_stream::iter(vec![ask_list]))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = replies.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("unexpected reflection reply");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"envoy.service.ratelimit.v3.RateLimitService".to_owned()),
+        "{names:?}"
+    );
+
+    // HTTP health on the HTTP port.
+    let mut stream = tokio::net::TcpStream::connect(server.http_addr)
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /healthcheck HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("OK"), "{response}");
+    server.shutdown().await;
+}

@@ -1,0 +1,9 @@
+//! floodgate's integration tests: one binary, real servers on free loopback
+//! ports, started and stopped by each test.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod grpc;

@@ -1,0 +1,146 @@
+//! `TestServer`: floodgate serving on 127.0.0.1 port 0, with a client.
+
+use arc_swap::ArcSwap;
+use floodgate::clock::Clock;
+use floodgate::config::{Index, LoadOptions, Source, load_sources};
+use floodgate::limiter::{Limiter, LimiterOptions};
+use floodgate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use floodgate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use floodgate::server::{Listeners, ServeError, ServeOptions, serve};
+use floodgate::store::StoreKind;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// A running floodgate; `shutdown()` stops it and surfaces its error.
+pub struct TestServer {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub limiter: Arc<Limiter<StoreKind>>,
+    token: CancellationToken,
+    handle: Option<JoinHandle<Result<(), ServeError>>>,
+}
+
+/// Builds an index from inline YAML rule files `(name, text)`.
+pub fn index(files: &[(&str, &str)]) -> Index {
+    let sources: Vec<Source> = files
+        .iter()
+        .map(|(name, text)| Source {
+            name: (*name).to_owned(),
+            text: (*text).to_owned(),
+        })
+        .collect();
+    load_sources(&sources, &LoadOptions::default()).expect("test rules are valid")
+}
+
+impl TestServer {
+    /// Serves `index` from `store`, reading time from `clock`.
+    pub async fn start(
+        index: Index,
+        store: StoreKind,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+    ) -> Self {
+        super::init_tracing();
+        let listeners = Listeners {
+            grpc: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        };
+        let grpc_addr = listeners.grpc.local_addr().unwrap();
+        let http_addr = listeners.http.local_addr().unwrap();
+        let limiter = Arc::new(Limiter::new(
+            Arc::new(ArcSwap::from_pointee(index)),
+            store,
+            clock,
+            options,
+        ));
+        let token = CancellationToken::new();
+        let serve_options = ServeOptions {
+            shutdown_grace: Duration::from_secs(5),
+            ..ServeOptions::default()
+        };
+        let handle = tokio::spawn(serve(
+            limiter.clone(),
+            listeners,
+            serve_options,
+            token.clone(),
+        ));
+        Self {
+            grpc_addr,
+            http_addr,
+            limiter,
+            token,
+            handle: Some(handle),
+        }
+    }
+
+    /// A connected RLS client. The listener is bound before serving starts,
+    /// so connecting needs no wait.
+    pub async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::new(self.channel().await)
+    }
+
+    /// A connected channel to the gRPC port.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(format!("http://{}", self.grpc_addr))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Stops the server and fails the test if it returned an error.
+    pub async fn shutdown(mut self) {
+        self.token.cancel();
+        if let Some(handle) = self.handle.take() {
+            handle
+                .await
+                .expect("server task panicked")
+                .expect("server failed");
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}
+
+/// A request for `domain` with one descriptor per `(key, value)` list.
+pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(key, value)| Entry {
+                        key: (*key).to_owned(),
+                        value: (*value).to_owned(),
+                    })
+                    .collect(),
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+/// Sends `request` and returns the response, panicking on a gRPC error.
+pub async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(request)
+        .await
+        .unwrap()
+        .into_inner()
+}
