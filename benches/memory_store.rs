@@ -3,7 +3,7 @@
 #![allow(missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use floodgate::algorithm::FixedWindow;
+use floodgate::algorithm::{FixedWindow, Spec};
 use floodgate::clock::UnixMillis;
 use floodgate::store::{Batch, CounterId, MemoryStore, Op};
 use std::hint::black_box;
@@ -12,9 +12,13 @@ fn batch(ids: &[CounterId], i: usize) -> Batch {
     Batch {
         ops: vec![Op {
             id: ids[i % ids.len()].clone(),
-            window: FixedWindow::new(60),
+            spec: Spec::FixedWindow {
+                window: FixedWindow::new(60),
+                limit: 1_000_000,
+            },
             hits: 1,
         }],
+        stop_when_over: false,
     }
 }
 

@@ -7,9 +7,8 @@
 //! reads the rule index exactly once and the clock exactly once, and sends the
 //! store one batch.
 
-use crate::algorithm::FixedWindow;
-use crate::algorithm::fixed_window::{Tally, is_over_limit};
-use crate::clock::{Clock, UnixMillis};
+use crate::algorithm::{FixedWindow, Outcome, Spec};
+use crate::clock::Clock;
 use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
 use crate::descriptor::{Descriptor, Request, Unit};
 use crate::store::{Batch, CounterId, Op, Store, StoreError};
@@ -129,6 +128,9 @@ pub struct LimiterOptions {
     pub global_quota_mode: bool,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: add `RateLimit-*` headers.
     pub response_headers: Option<HeaderNames>,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request over the limit
+    /// on any descriptor counts nothing on any of them.
+    pub stop_when_over: bool,
     /// Request size bounds.
     pub bounds: RequestBounds,
 }
@@ -235,6 +237,13 @@ impl<'a> LimitView<'a> {
         }
     }
 
+    fn spec(&self) -> Spec {
+        Spec::FixedWindow {
+            window: self.window,
+            limit: u64::from(self.requests_per_unit),
+        }
+    }
+
     fn current_limit(&self) -> CurrentLimit {
         CurrentLimit {
             name: self.name.cloned(),
@@ -294,22 +303,22 @@ impl<S: Store> Limiter<S> {
         apply_replaces(&mut plans);
 
         let request_hits = u64::from(request.hits_addend.max(1));
-        let mut batch = Batch::with_capacity(plans.len());
+        let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
             if let Plan::Limited { limit, shared, .. } = plan {
                 batch.ops.push(Op {
                     id: counter_id(&request.domain, descriptor, shared),
-                    window: limit.window,
+                    spec: limit.spec(),
                     hits: descriptor.hits_addend.unwrap_or(request_hits),
                 });
             }
         }
-        let tallies = if batch.is_empty() {
+        let outcomes = if batch.is_empty() {
             Vec::new()
         } else {
             self.store.execute(batch, now).await?
         };
-        Ok(self.respond(&plans, &tallies, now))
+        Ok(self.respond(&plans, &outcomes))
     }
 
     fn validate(&self, request: &Request) -> Result<(), LimitError> {
@@ -384,8 +393,8 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    fn respond(&self, plans: &[Plan<'_>], tallies: &[Tally], now: UnixMillis) -> Response {
-        let mut tallies = tallies.iter();
+    fn respond(&self, plans: &[Plan<'_>], outcomes: &[Outcome]) -> Response {
+        let mut outcomes = outcomes.iter();
         let mut statuses = Vec::with_capacity(plans.len());
         let (mut any_over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
         for plan in plans {
@@ -398,17 +407,18 @@ impl<S: Store> Limiter<S> {
                     quota_mode,
                     ..
                 } => {
-                    // The store answers one tally per op, in order; a missing
-                    // one would be a store bug, answered as "nothing counted".
-                    let after = tallies.next().map_or(0, |t| t.after);
-                    let limit_u64 = u64::from(limit.requests_per_unit);
-                    let over = is_over_limit(after, limit_u64);
-                    let remaining = if over {
-                        0
-                    } else {
-                        u32::try_from(limit_u64 - after).unwrap_or(u32::MAX)
-                    };
-                    let code = if over && !shadow_mode {
+                    // The store answers one outcome per op, in order; a
+                    // missing one would be a store bug, answered as a fresh
+                    // window.
+                    let outcome = outcomes.next().copied().unwrap_or(Outcome {
+                        over_limit: false,
+                        remaining: u64::from(limit.requests_per_unit),
+                        reset: Duration::from_secs(limit.window.window_secs()),
+                        counted: false,
+                        before: 0,
+                        after: 0,
+                    });
+                    let code = if outcome.over_limit && !shadow_mode {
                         Code::OverLimit
                     } else {
                         Code::Ok
@@ -422,10 +432,8 @@ impl<S: Store> Limiter<S> {
                     Status {
                         code,
                         current_limit: Some(limit.current_limit()),
-                        limit_remaining: remaining,
-                        duration_until_reset: Some(Duration::from_secs(
-                            limit.window.reset_secs(now),
-                        )),
+                        limit_remaining: u32::try_from(outcome.remaining).unwrap_or(u32::MAX),
+                        duration_until_reset: Some(outcome.reset),
                     }
                 }
             };
@@ -539,7 +547,7 @@ fn limit_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::ManualClock;
+    use crate::clock::{ManualClock, UnixMillis};
     use crate::config::{LoadOptions, Source, load_sources};
     use crate::descriptor::Entry;
     use crate::store::{MemoryStore, StoreKind};

@@ -88,6 +88,9 @@ pub struct ServeArgs {
     /// Name of the reset header [env: LIMIT_RESET_HEADER] [default: RateLimit-Reset]
     #[arg(long, value_name = "NAME")]
     pub limit_reset_header: Option<String>,
+    /// Count nothing for a request that is over the limit on any descriptor [env: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub stop_cache_key_increment_when_overlimit: Option<bool>,
     /// Most descriptors per request [env: MAX_DESCRIPTORS] [default: 64]
     #[arg(long, value_name = "N")]
     pub max_descriptors: Option<usize>,
@@ -271,6 +274,10 @@ impl Settings {
                 global_shadow_mode: flag(args.shadow_mode, "SHADOW_MODE")?,
                 global_quota_mode: flag(args.quota_mode, "QUOTA_MODE")?,
                 response_headers,
+                stop_when_over: flag(
+                    args.stop_cache_key_increment_when_overlimit,
+                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+                )?,
                 bounds,
             },
             serve: ServeOptions {

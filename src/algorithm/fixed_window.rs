@@ -8,7 +8,9 @@
 //! `hits = 0` reads the counter without consuming. A window resets exactly at
 //! its end; `reset_secs` is never 0 (on a boundary it is the whole window).
 
+use super::Outcome;
 use crate::clock::UnixMillis;
+use std::time::Duration;
 
 /// Epoch-aligned fixed window of `window_secs` seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,6 +82,57 @@ impl FixedWindow {
         Tally {
             before,
             after: counter.count,
+        }
+    }
+}
+
+impl FixedWindow {
+    /// The count of the window containing `now`, without changing anything.
+    pub const fn current(self, counter: &Counter, now: UnixMillis) -> u64 {
+        if counter.window_start_secs == self.window_start(now) {
+            counter.count
+        } else {
+            0
+        }
+    }
+
+    /// What the caller is told after `tally` against `limit` at `now`.
+    pub const fn outcome(
+        self,
+        tally: Tally,
+        limit: u64,
+        now: UnixMillis,
+        counted: bool,
+    ) -> Outcome {
+        let over_limit = is_over_limit(tally.after, limit);
+        Outcome {
+            over_limit,
+            remaining: if over_limit { 0 } else { limit - tally.after },
+            reset: Duration::from_secs(self.reset_secs(now)),
+            counted,
+            before: tally.before,
+            after: tally.after,
+        }
+    }
+
+    /// The answer when the hits are refused without counting (the count
+    /// stays at `before`; the caller is told it would have reached
+    /// `before + hits`).
+    pub const fn refused(self, before: u64, hits: u64, limit: u64, now: UnixMillis) -> Outcome {
+        let after = before.saturating_add(hits);
+        let over_limit = is_over_limit(after, limit);
+        Outcome {
+            over_limit,
+            // Not counted, so what is left is measured from `before`.
+            remaining: if over_limit || before >= limit {
+                0
+            } else {
+                limit - before
+            },
+            reset: Duration::from_secs(self.reset_secs(now)),
+            counted: false,
+            before,
+            after,
         }
     }
 }

@@ -1,11 +1,18 @@
-//! Rule files: YAML in (`model`), validated into a descriptor `Index`
+//! Rule files: YAML in (`model`), validated into a descriptor [`Index`]
 //! (`validation`), looked up per request (`index`).
 //!
-//! Only `model` and `validation` touch the YAML crate; `index` is pure lookup.
+//! Owns: everything about rule files, from the directory listing to the
+//! lookup of a request descriptor. Must not touch: process settings, counters,
+//! stores, time or the network. Only `model` and `validation` touch the YAML
+//! crate; `index` is pure lookup over prebuilt data.
+//!
+//! A load either produces a complete [`Index`] or a [`ConfigError`] listing
+//! every problem found ([`ConfigIssue`], one line each), so a reload can keep
+//! serving the previous index untouched.
 
 mod index;
 mod model;
 mod validation;
 
-pub use index::{Algorithm, DomainSummary, Index, Limit, Lookup, Match, Policy, Rule};
+pub use index::{Algorithm, DomainSummary, Index, Limit, Lookup, Match, PathStep, Policy, Rule};
 pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};

@@ -7,8 +7,9 @@
 //! (run periodically by the server) and reset in place when touched again,
 //! so memory tracks the descriptors active in the current windows only.
 
-use super::{Batch, CounterId, Store, StoreError};
-use crate::algorithm::fixed_window::{Counter, Tally};
+use super::{Batch, CounterId, Op, Store, StoreError};
+use crate::algorithm::fixed_window::{Counter, is_over_limit};
+use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -73,23 +74,71 @@ impl MemoryStore {
 
     /// Applies every operation of `batch` at `now`. Synchronous because no
     /// lock is ever held across an await.
-    pub fn apply(&self, batch: Batch, now: UnixMillis) -> Vec<Tally> {
-        let mut tallies = Vec::with_capacity(batch.ops.len());
-        for op in batch.ops {
-            let key = SlotKey {
-                id: op.id,
-                window_secs: op.window.window_secs(),
-            };
-            let mut shard = self.shard(&key).lock();
-            let slot = shard.entry(key).or_insert(Slot {
-                counter: Counter::default(),
-                expires_at: now,
-            });
-            let tally = op.window.apply(&mut slot.counter, now, op.hits);
-            slot.expires_at = op.window.expires_at(now);
-            tallies.push(tally);
+    pub fn apply(&self, batch: Batch, now: UnixMillis) -> Vec<Outcome> {
+        if !batch.stop_when_over {
+            return batch
+                .ops
+                .into_iter()
+                .map(|op| self.apply_one(op.id, op.spec, op.hits, now, false))
+                .collect();
         }
-        tallies
+        let mut outcomes: Vec<Outcome> = batch
+            .ops
+            .iter()
+            .map(|op| self.apply_one(op.id.clone(), op.spec, op.hits, now, true))
+            .collect();
+        if outcomes.iter().any(|o| !o.counted) {
+            for (op, outcome) in batch.ops.into_iter().zip(&mut outcomes) {
+                if outcome.counted && op.hits > 0 {
+                    *outcome = self.take_back(op, outcome.before, now);
+                }
+            }
+        }
+        outcomes
+    }
+
+    fn apply_one(
+        &self,
+        id: CounterId,
+        spec: Spec,
+        hits: u64,
+        now: UnixMillis,
+        refuse_over: bool,
+    ) -> Outcome {
+        let Spec::FixedWindow { window, limit } = spec;
+        let key = SlotKey {
+            id,
+            window_secs: window.window_secs(),
+        };
+        let mut shard = self.shard(&key).lock();
+        let slot = shard.entry(key).or_insert(Slot {
+            counter: Counter::default(),
+            expires_at: now,
+        });
+        if refuse_over && hits > 0 {
+            let before = window.current(&slot.counter, now);
+            if is_over_limit(before.saturating_add(hits), limit) {
+                return window.refused(before, hits, limit, now);
+            }
+        }
+        let tally = window.apply(&mut slot.counter, now, hits);
+        slot.expires_at = window.expires_at(now);
+        window.outcome(tally, limit, now, true)
+    }
+
+    /// Undoes a counted operation of a batch that is being refused.
+    fn take_back(&self, op: Op, before: u64, now: UnixMillis) -> Outcome {
+        let Spec::FixedWindow { window, limit } = op.spec;
+        let key = SlotKey {
+            id: op.id,
+            window_secs: window.window_secs(),
+        };
+        if let Some(slot) = self.shard(&key).lock().get_mut(&key)
+            && slot.counter.window_start_secs == window.window_start(now)
+        {
+            slot.counter.count = slot.counter.count.saturating_sub(op.hits);
+        }
+        window.refused(before, op.hits, limit, now)
     }
 
     /// Removes every counter whose window ended at or before `now`; returns
@@ -117,7 +166,7 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Tally>, StoreError> {
+    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
         Ok(self.apply(batch, now))
     }
 }
@@ -126,14 +175,67 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
     use crate::algorithm::FixedWindow;
-    use crate::store::Op;
 
     fn op(id: &str, window_secs: u64, hits: u64) -> Op {
+        op_limit(id, window_secs, hits, 1_000_000)
+    }
+
+    fn op_limit(id: &str, window_secs: u64, hits: u64, limit: u64) -> Op {
         Op {
             id: CounterId::new("d", [("k", id)]),
-            window: FixedWindow::new(window_secs),
+            spec: Spec::FixedWindow {
+                window: FixedWindow::new(window_secs),
+                limit,
+            },
             hits,
         }
+    }
+
+    fn batch(ops: Vec<Op>) -> Batch {
+        Batch {
+            ops,
+            stop_when_over: false,
+        }
+    }
+
+    #[test]
+    fn stop_when_over_counts_nothing_for_a_refused_request() {
+        // Reference vector: limits 15 and 14, both at 13, hits 2.
+        let store = MemoryStore::new();
+        let now = UnixMillis::from_secs(100);
+        store.apply(
+            batch(vec![op_limit("k4", 60, 13, 15), op_limit("k5", 60, 13, 14)]),
+            now,
+        );
+        let outcomes = store.apply(
+            Batch {
+                ops: vec![op_limit("k4", 60, 2, 15), op_limit("k5", 60, 2, 14)],
+                stop_when_over: true,
+            },
+            now,
+        );
+        assert_eq!(
+            outcomes
+                .iter()
+                .map(|o| (o.over_limit, o.remaining, o.counted))
+                .collect::<Vec<_>>(),
+            vec![(false, 2, false), (true, 0, false)]
+        );
+        let check = store.apply(
+            batch(vec![op_limit("k4", 60, 0, 15), op_limit("k5", 60, 0, 14)]),
+            now,
+        );
+        assert_eq!((check[0].after, check[1].after), (13, 13));
+        // Within the limits, a stop-mode batch counts normally.
+        let ok = store.apply(
+            Batch {
+                ops: vec![op_limit("k4", 60, 1, 15), op_limit("k5", 60, 1, 14)],
+                stop_when_over: true,
+            },
+            now,
+        );
+        assert!(ok.iter().all(|o| o.counted && !o.over_limit));
+        assert_eq!((ok[0].after, ok[1].after), (14, 14));
     }
 
     #[test]
@@ -141,14 +243,12 @@ mod tests {
         let store = MemoryStore::new();
         let now = UnixMillis::from_secs(1_000);
         let t = store.apply(
-            Batch {
-                ops: vec![
-                    op("a", 60, 3),
-                    op("a", 60, 2),
-                    op("b", 60, 1),
-                    op("a", 1, 1),
-                ],
-            },
+            batch(vec![
+                op("a", 60, 3),
+                op("a", 60, 2),
+                op("b", 60, 1),
+                op("a", 1, 1),
+            ]),
             now,
         );
         let after: Vec<u64> = t.iter().map(|t| t.after).collect();
@@ -159,12 +259,7 @@ mod tests {
     fn sweep_reclaims_ended_windows_only() {
         let store = MemoryStore::new();
         let now = UnixMillis::from_secs(1_200);
-        store.apply(
-            Batch {
-                ops: vec![op("a", 1, 1), op("b", 60, 1)],
-            },
-            now,
-        );
+        store.apply(batch(vec![op("a", 1, 1), op("b", 60, 1)]), now);
         assert_eq!(store.len(), 2);
         assert_eq!(store.sweep(UnixMillis::from_secs(1_201)), 1);
         assert_eq!(store.len(), 1);
@@ -181,7 +276,7 @@ mod tests {
             let ops = (0..100)
                 .map(|i| op(&format!("{second}-{i}"), 1, 1))
                 .collect();
-            store.apply(Batch { ops }, now);
+            store.apply(batch(ops), now);
             store.sweep(now);
             assert!(store.len() <= 100);
         }
@@ -195,22 +290,12 @@ mod tests {
             for _ in 0..8 {
                 scope.spawn(|| {
                     for _ in 0..1_000 {
-                        store.apply(
-                            Batch {
-                                ops: vec![op("hot", 60, 1)],
-                            },
-                            now,
-                        );
+                        store.apply(batch(vec![op("hot", 60, 1)]), now);
                     }
                 });
             }
         });
-        let t = store.apply(
-            Batch {
-                ops: vec![op("hot", 60, 0)],
-            },
-            now,
-        );
+        let t = store.apply(batch(vec![op("hot", 60, 0)]), now);
         assert_eq!(t[0].after, 8_000);
     }
 }

@@ -1,5 +1,5 @@
 //! Counter stores. A request becomes one [`Batch`]; a store executes it in one
-//! round trip and reports each operation's [`Tally`].
+//! round trip and reports each operation's [`Outcome`].
 //!
 //! Stores know nothing of descriptors or rules: they see escaped counter
 //! identities, algorithm parameters and hit counts.
@@ -10,18 +10,17 @@ pub mod memory;
 pub use identity::CounterId;
 pub use memory::MemoryStore;
 
-use crate::algorithm::FixedWindow;
-use crate::algorithm::fixed_window::Tally;
+use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use std::future::Future;
 
-/// One counter operation: add `hits` to the counter `id` under `window`.
+/// One counter operation: count `hits` on the counter `id` as `spec` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Op {
     /// Escaped identity of the counter (domain and descriptor entries).
     pub id: CounterId,
-    /// Window the counter lives in.
-    pub window: FixedWindow,
+    /// Algorithm and limit.
+    pub spec: Spec,
     /// Hits to add; 0 reads without consuming.
     pub hits: u64,
 }
@@ -31,13 +30,19 @@ pub struct Op {
 pub struct Batch {
     /// Operations, answered in this order.
     pub ops: Vec<Op>,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: when any operation would
+    /// go over its limit, count nothing at all for this request. Each
+    /// counter's check-and-count stays atomic; operations already counted
+    /// are taken back, so a rejected request consumes no quota.
+    pub stop_when_over: bool,
 }
 
 impl Batch {
     /// A batch with room for `n` operations.
-    pub fn with_capacity(n: usize) -> Self {
+    pub fn with_capacity(n: usize, stop_when_over: bool) -> Self {
         Self {
             ops: Vec::with_capacity(n),
+            stop_when_over,
         }
     }
 
@@ -71,7 +76,7 @@ impl StoreError {
 /// touching the same counter never lose or double-count hits.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Executes every operation of `batch` at time `now`, returning one
-    /// [`Tally`] per operation in order.
+    /// [`Outcome`] per operation in order.
     ///
     /// # Errors
     ///
@@ -81,7 +86,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         batch: Batch,
         now: UnixMillis,
-    ) -> impl Future<Output = Result<Vec<Tally>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
 }
 
 /// The stores floodgate can run on, as one concrete type so the hot path
@@ -102,7 +107,7 @@ impl StoreKind {
 }
 
 impl Store for StoreKind {
-    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Tally>, StoreError> {
+    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
         match self {
             Self::Memory(store) => store.execute(batch, now).await,
         }

@@ -23,7 +23,7 @@ descriptors:
 ";
 
 async fn start(options: LimiterOptions) -> (TestServer, ManualClock) {
-    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_040));
+    let clock = ManualClock::new(UnixMillis::from_secs(1_700_000_080));
     let server = TestServer::start(
         index(&[("edge.yaml", RULES)]),
         StoreKind::Memory(MemoryStore::new()),
