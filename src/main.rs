@@ -9,7 +9,7 @@ use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::server::{self, Listeners};
 use floodgate::settings::{Env, ServeArgs, Settings, StoreType};
-use floodgate::store::{MemoryStore, StoreKind};
+use floodgate::store::{MemoryStore, RedisStore, StoreKind};
 use floodgate::{shutdown, telemetry};
 use std::error::Error;
 use std::path::PathBuf;
@@ -126,12 +126,19 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     }
     let store = match settings.store {
         StoreType::Memory => StoreKind::Memory(MemoryStore::new()),
-        StoreType::Redis => {
-            eprintln!(
-                "error: the redis store is not available in this build yet; use --store memory"
-            );
-            return ExitCode::FAILURE;
-        }
+        StoreType::Redis => match &settings.redis {
+            Some(redis) => {
+                tracing::info!(redis.url = %redis.main.redacted_url(), "using the redis store");
+                StoreKind::Redis {
+                    main: RedisStore::new(redis.main.clone()),
+                    per_second: redis.per_second.clone().map(RedisStore::new),
+                }
+            }
+            None => {
+                eprintln!("error: redis store selected without redis settings");
+                return ExitCode::FAILURE;
+            }
+        },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

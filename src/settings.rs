@@ -5,8 +5,9 @@
 //! The environment is passed in as a map, so tests never touch the process
 //! environment.
 
-use crate::limiter::{HeaderNames, LimiterOptions, RequestBounds};
+use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
 use crate::server::ServeOptions;
+use crate::store::{RedisConfig, RedisMode};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -103,6 +104,84 @@ pub struct ServeArgs {
     /// Longest drain of in-flight requests on shutdown, e.g. `10s` [env: SHUTDOWN_GRACE] [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
+    /// Redis and counting settings.
+    #[command(flatten)]
+    pub store_args: StoreArgs,
+}
+
+/// What to answer when the store fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnStoreError {
+    /// gRPC UNAVAILABLE (Envoy's `failure_mode_deny` decides).
+    Error,
+    /// Answer OK (fail open).
+    Allow,
+    /// Answer OVER_LIMIT (fail closed).
+    Deny,
+}
+
+/// Redis deployment kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RedisType {
+    /// One server.
+    Single,
+    /// A master found through Sentinel.
+    Sentinel,
+    /// Redis Cluster.
+    Cluster,
+}
+
+/// Flags of the counter store; each falls back to its environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    /// Redis address: host:port, redis://…, a socket path; sentinel: `master,host:port,…`; cluster: `h1:p1,h2:p2` [env: REDIS_URL] [default: 127.0.0.1:6379]
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Redis deployment [env: REDIS_TYPE] [default: single]
+    #[arg(long, value_enum)]
+    pub redis_type: Option<RedisType>,
+    /// Redis `password` or `user:password` [env: REDIS_AUTH]
+    #[arg(long, value_name = "AUTH")]
+    pub redis_auth: Option<String>,
+    /// Password of the Sentinel nodes [env: REDIS_SENTINEL_AUTH]
+    #[arg(long, value_name = "AUTH")]
+    pub redis_sentinel_auth: Option<String>,
+    /// Multiplexed connections per Redis [env: REDIS_POOL_SIZE] [default: 2]
+    #[arg(long, value_name = "N")]
+    pub redis_pool_size: Option<usize>,
+    /// Deadline of one request's Redis round trip [env: REDIS_TIMEOUT] [default: 100ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub redis_timeout: Option<Duration>,
+    /// Deadline of one Redis connection attempt [env: REDIS_CONNECT_TIMEOUT] [default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub redis_connect_timeout: Option<Duration>,
+    /// Send one-second windows to a second Redis, set by REDIS_PERSECOND_* [env: REDIS_PERSECOND]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub redis_persecond: Option<bool>,
+    /// Address of the per-second Redis [env: REDIS_PERSECOND_URL]
+    #[arg(long, value_name = "URL")]
+    pub redis_persecond_url: Option<String>,
+    /// Prefix of every Redis key [env: CACHE_KEY_PREFIX]
+    #[arg(long, value_name = "PREFIX")]
+    pub cache_key_prefix: Option<String>,
+    /// Random extra key expiry in [0, N) seconds [env: EXPIRATION_JITTER_MAX_SECONDS] [default: 300]
+    #[arg(long, value_name = "SECS")]
+    pub expiration_jitter_max_seconds: Option<u64>,
+    /// Budget of the in-process over-limit cache; 0 disables it [env: LOCAL_CACHE_SIZE_IN_BYTES] [default: 0]
+    #[arg(long, value_name = "BYTES")]
+    pub local_cache_size_in_bytes: Option<usize>,
+    /// What to answer when the store fails [env: FAILURE_MODE] [default: error]
+    #[arg(long, value_enum)]
+    pub on_store_error: Option<OnStoreError>,
+}
+
+/// Resolved Redis settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// The main Redis.
+    pub main: RedisConfig,
+    /// The per-second Redis, with `REDIS_PERSECOND`.
+    pub per_second: Option<RedisConfig>,
 }
 
 /// Fully resolved settings of one `serve` process.
@@ -128,6 +207,8 @@ pub struct Settings {
     pub limiter: LimiterOptions,
     /// Serving settings.
     pub serve: ServeOptions,
+    /// Redis settings, when the store is Redis.
+    pub redis: Option<RedisSettings>,
 }
 
 /// A setting that could not be understood.
@@ -257,7 +338,32 @@ impl Settings {
             (None, None) => serve_defaults.shutdown_grace,
         };
 
+        let store_args = &args.store_args;
+        let failure_mode = match (store_args.on_store_error, get("FAILURE_MODE")) {
+            (Some(mode), _) => mode,
+            (None, Some(value)) => {
+                OnStoreError::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
+                    var: "FAILURE_MODE",
+                    value: value.to_owned(),
+                    expected: "error, allow or deny",
+                })?
+            }
+            (None, None) => OnStoreError::Error,
+        };
+        let redis = if store == StoreType::Redis {
+            let main = redis_config(store_args, &get, "REDIS_")?;
+            let per_second = if flag(store_args.redis_persecond, "REDIS_PERSECOND")? {
+                Some(redis_config(store_args, &get, "REDIS_PERSECOND_")?)
+            } else {
+                None
+            };
+            Some(RedisSettings { main, per_second })
+        } else {
+            None
+        };
+
         Ok(Self {
+            redis,
             config_dir,
             ignore_dotfiles: flag(args.ignore_dotfiles, "RUNTIME_IGNOREDOTFILES")?,
             merge_domain_config: flag(args.merge_domain_config, "MERGE_DOMAIN_CONFIG")?,
@@ -279,12 +385,144 @@ impl Settings {
                     "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
                 )?,
                 bounds,
+                failure_mode: match failure_mode {
+                    OnStoreError::Error => FailureMode::Error,
+                    OnStoreError::Allow => FailureMode::Allow,
+                    OnStoreError::Deny => FailureMode::Deny,
+                },
+                local_cache_bytes: number(
+                    store_args.local_cache_size_in_bytes,
+                    get("LOCAL_CACHE_SIZE_IN_BYTES"),
+                    "LOCAL_CACHE_SIZE_IN_BYTES",
+                    0,
+                )?,
             },
             serve: ServeOptions {
                 shutdown_grace,
                 ..serve_defaults
             },
         })
+    }
+}
+
+/// Resolves one Redis: `prefix` is `REDIS_` or `REDIS_PERSECOND_`; flags
+/// apply to the main Redis only (and `--redis-persecond-url`).
+fn redis_config<'a>(
+    args: &StoreArgs,
+    get: &impl Fn(&str) -> Option<&'a str>,
+    prefix: &'static str,
+) -> Result<RedisConfig, SettingsError> {
+    let main = prefix == "REDIS_";
+    let var = |name: &str| get(&format!("{prefix}{name}"));
+    let url = if main {
+        args.redis_url.clone()
+    } else {
+        args.redis_persecond_url.clone()
+    }
+    .or_else(|| var("URL").map(str::to_owned))
+    .unwrap_or_else(|| "127.0.0.1:6379".to_owned());
+    let mode = match (if main { args.redis_type } else { None }, var("TYPE")) {
+        (Some(t), _) => t,
+        (None, Some(value)) => {
+            RedisType::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
+                var: if main {
+                    "REDIS_TYPE"
+                } else {
+                    "REDIS_PERSECOND_TYPE"
+                },
+                value: value.to_owned(),
+                expected: "single, sentinel or cluster",
+            })?
+        }
+        (None, None) => RedisType::Single,
+    };
+    let duration = |flag: Option<Duration>,
+                    name: &'static str,
+                    full: &'static str,
+                    default: Duration| match (flag.filter(|_| main), var(name)) {
+        (Some(d), _) => Ok(d),
+        (None, Some(value)) => parse_duration(value).map_err(|_| SettingsError::InvalidEnv {
+            var: full,
+            value: value.to_owned(),
+            expected: "a duration such as 100ms or 1s",
+        }),
+        (None, None) => Ok(default),
+    };
+    let pool_var = if main {
+        "REDIS_POOL_SIZE"
+    } else {
+        "REDIS_PERSECOND_POOL_SIZE"
+    };
+    Ok(RedisConfig {
+        mode: match mode {
+            RedisType::Single => RedisMode::Single,
+            RedisType::Sentinel => RedisMode::Sentinel,
+            RedisType::Cluster => RedisMode::Cluster,
+        },
+        url,
+        auth: if main { args.redis_auth.clone() } else { None }
+            .or_else(|| var("AUTH").map(str::to_owned)),
+        sentinel_auth: if main {
+            args.redis_sentinel_auth.clone()
+        } else {
+            None
+        }
+        .or_else(|| var("SENTINEL_AUTH").map(str::to_owned)),
+        pool_size: number(
+            if main { args.redis_pool_size } else { None },
+            var("POOL_SIZE"),
+            pool_var,
+            2,
+        )?
+        .max(1),
+        timeout: duration(
+            args.redis_timeout,
+            "TIMEOUT",
+            if main {
+                "REDIS_TIMEOUT"
+            } else {
+                "REDIS_PERSECOND_TIMEOUT"
+            },
+            Duration::from_millis(100),
+        )?,
+        connect_timeout: duration(
+            args.redis_connect_timeout,
+            "CONNECT_TIMEOUT",
+            if main {
+                "REDIS_CONNECT_TIMEOUT"
+            } else {
+                "REDIS_PERSECOND_CONNECT_TIMEOUT"
+            },
+            Duration::from_secs(1),
+        )?,
+        key_prefix: args
+            .cache_key_prefix
+            .clone()
+            .or_else(|| get("CACHE_KEY_PREFIX").map(str::to_owned))
+            .unwrap_or_default(),
+        expiration_jitter_max_secs: u64_setting(
+            args.expiration_jitter_max_seconds,
+            get("EXPIRATION_JITTER_MAX_SECONDS"),
+            "EXPIRATION_JITTER_MAX_SECONDS",
+            300,
+        )?,
+    })
+}
+
+fn u64_setting(
+    arg: Option<u64>,
+    env: Option<&str>,
+    var: &'static str,
+    default: u64,
+) -> Result<u64, SettingsError> {
+    match (arg, env) {
+        (Some(n), _) => Ok(n),
+        (None, Some(value)) => value.parse().map_err(|_| SettingsError::InvalidEnv {
+            var,
+            value: value.to_owned(),
+            expected: "a whole number",
+        }),
+        (None, None) => Ok(default),
     }
 }
 
@@ -481,6 +719,67 @@ mod tests {
         assert_eq!(s.grpc_addr.port(), 1);
         assert_eq!(s.store, StoreType::Memory);
         assert!(!s.limiter.global_shadow_mode);
+    }
+
+    #[test]
+    fn redis_settings_follow_the_reference_variables() {
+        let s = resolve(
+            &["--redis-pool-size", "3"],
+            &[
+                ("BACKEND_TYPE", "redis"),
+                ("REDIS_URL", "mymaster,127.0.0.1:26379,127.0.0.1:26380"),
+                ("REDIS_TYPE", "SENTINEL"),
+                ("REDIS_AUTH", "user:pw"),
+                ("REDIS_TIMEOUT", "50ms"),
+                ("CACHE_KEY_PREFIX", "rl:"),
+                ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
+                ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
+                ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+                ("FAILURE_MODE", "allow"),
+                ("REDIS_PERSECOND", "true"),
+                ("REDIS_PERSECOND_URL", "127.0.0.1:6380"),
+                ("REDIS_PERSECOND_TYPE", "cluster"),
+            ],
+        )
+        .unwrap();
+        let redis = s.redis.unwrap();
+        assert_eq!(redis.main.mode, RedisMode::Sentinel);
+        assert_eq!(redis.main.url, "mymaster,127.0.0.1:26379,127.0.0.1:26380");
+        assert_eq!(redis.main.auth.as_deref(), Some("user:pw"));
+        assert_eq!(redis.main.pool_size, 3);
+        assert_eq!(redis.main.timeout, Duration::from_millis(50));
+        assert_eq!(redis.main.key_prefix, "rl:");
+        assert_eq!(redis.main.expiration_jitter_max_secs, 0);
+        let second = redis.per_second.unwrap();
+        assert_eq!(
+            (second.mode, second.url.as_str()),
+            (RedisMode::Cluster, "127.0.0.1:6380")
+        );
+        assert_eq!(second.timeout, Duration::from_millis(100));
+        assert_eq!(second.key_prefix, "rl:");
+        assert_eq!(s.limiter.local_cache_bytes, 1_048_576);
+        assert!(s.limiter.stop_when_over);
+        assert_eq!(s.limiter.failure_mode, FailureMode::Allow);
+    }
+
+    #[test]
+    fn redis_defaults() {
+        let s = resolve(&["--store", "redis"], &[]).unwrap();
+        let redis = s.redis.unwrap();
+        assert_eq!(
+            redis.main,
+            RedisConfig {
+                expiration_jitter_max_secs: 300,
+                ..RedisConfig::single("127.0.0.1:6379")
+            }
+        );
+        assert!(redis.per_second.is_none());
+        assert!(resolve(&[], &[]).unwrap().redis.is_none());
+        let err = resolve(&["--store", "redis"], &[("REDIS_TYPE", "ring")]).unwrap_err();
+        assert!(
+            err.to_string().contains("single, sentinel or cluster"),
+            "{err}"
+        );
     }
 
     #[test]

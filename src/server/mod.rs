@@ -26,6 +26,9 @@ use tracing::{Instrument as _, info, info_span, warn};
 /// server ("") and the reference service's name.
 const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
 
+/// How often readiness of the store is checked until it is ready.
+const STORE_READY_POLL: Duration = Duration::from_millis(50);
+
 /// How often the embedded store drops counters of ended windows.
 const MEMORY_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -122,14 +125,37 @@ pub async fn serve(
     let tracker = TaskTracker::new();
     spawn_background(&tracker, &limiter, &shutdown);
 
+    // Health starts NOT_SERVING and turns SERVING once the store is ready
+    // (Redis connected), so probes never route traffic to an instance that
+    // can only answer UNAVAILABLE.
     let health = Health::default();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_SERVICES {
         health_reporter
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .set_service_status(name, tonic_health::ServingStatus::NotServing)
             .await;
     }
-    health.set_serving(true);
+    tracker.spawn({
+        let (limiter, health, reporter) =
+            (limiter.clone(), health.clone(), health_reporter.clone());
+        let shutdown = shutdown.clone();
+        async move {
+            let mut poll = tokio::time::interval(STORE_READY_POLL);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = poll.tick() => if limiter.store().is_ready() { break },
+                }
+            }
+            health.set_serving(true);
+            for name in HEALTH_SERVICES {
+                reporter
+                    .set_service_status(name, tonic_health::ServingStatus::Serving)
+                    .await;
+            }
+            info!("store ready; serving");
+        }
+    });
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
@@ -224,6 +250,14 @@ fn spawn_background(
                     }
                 }
                 .instrument(info_span!("memory_sweeper")),
+            );
+        }
+        StoreKind::Redis { .. } => {
+            let store = limiter.store().clone();
+            let shutdown = shutdown.clone();
+            tracker.spawn(
+                async move { store.maintain(shutdown).await }
+                    .instrument(info_span!("redis_connection")),
             );
         }
     }

@@ -6,9 +6,11 @@
 
 mod identity;
 pub mod memory;
+pub mod redis;
 
 pub use identity::CounterId;
 pub use memory::MemoryStore;
+pub use redis::{RedisConfig, RedisMode, RedisStore};
 
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
@@ -56,16 +58,59 @@ impl Batch {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The store is shutting down and takes no more work.
-    #[error("store is shut down")]
-    Closed,
+    /// No connection has been established yet (still connecting at start).
+    #[error("store not connected yet")]
+    NotConnected,
+    /// The round trip did not finish within the deadline.
+    #[error("store did not answer in time")]
+    Timeout,
+    /// Redis answered with an error or the connection failed.
+    #[error("redis request failed")]
+    Redis {
+        /// Whether retrying later may succeed.
+        transient: bool,
+        /// The cause.
+        #[source]
+        source: ::redis::RedisError,
+    },
+    /// The store settings cannot work.
+    #[error("invalid store settings: {reason}")]
+    Config {
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+impl From<::redis::RedisError> for StoreError {
+    /// Decides once whether a Redis failure is transient: timeouts and
+    /// dropped, refused or cluster connections are; script or protocol errors
+    /// are not.
+    fn from(source: ::redis::RedisError) -> Self {
+        let transient = source.is_timeout()
+            || source.is_connection_dropped()
+            || source.is_connection_refusal()
+            || source.is_io_error()
+            || source.is_cluster_error()
+            || matches!(
+                source.kind(),
+                ::redis::ErrorKind::Server(
+                    ::redis::ServerErrorKind::ReadOnly
+                        | ::redis::ServerErrorKind::MasterDown
+                        | ::redis::ServerErrorKind::TryAgain
+                        | ::redis::ServerErrorKind::ClusterDown
+                )
+            );
+        Self::Redis { transient, source }
+    }
 }
 
 impl StoreError {
     /// Whether retrying later may succeed (the store may come back).
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Closed => false,
+            Self::NotConnected | Self::Timeout => true,
+            Self::Redis { transient, .. } => *transient,
+            Self::Config { .. } => false,
         }
     }
 }
@@ -95,6 +140,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 pub enum StoreKind {
     /// In-process counters: exact for one instance, lost on restart.
     Memory(MemoryStore),
+    /// Redis, shared by every instance.
+    Redis {
+        /// Where every counter lives, or all but one-second windows when
+        /// `per_second` is set.
+        main: RedisStore,
+        /// `REDIS_PERSECOND`: a separate Redis for one-second windows.
+        per_second: Option<RedisStore>,
+    },
 }
 
 impl StoreKind {
@@ -102,6 +155,29 @@ impl StoreKind {
     pub fn as_memory(&self) -> Option<&MemoryStore> {
         match self {
             Self::Memory(store) => Some(store),
+            Self::Redis { .. } => None,
+        }
+    }
+
+    /// Whether the store can take requests now (Redis: connected).
+    pub fn is_ready(&self) -> bool {
+        match self {
+            Self::Memory(_) => true,
+            Self::Redis { main, per_second } => {
+                main.is_ready() && per_second.as_ref().is_none_or(RedisStore::is_ready)
+            }
+        }
+    }
+
+    /// Keeps connections up until `shutdown` (a no-op for memory).
+    pub async fn maintain(&self, shutdown: tokio_util::sync::CancellationToken) {
+        if let Self::Redis { main, per_second } = self {
+            match per_second {
+                None => main.maintain(shutdown).await,
+                Some(second) => {
+                    tokio::join!(main.maintain(shutdown.clone()), second.maintain(shutdown));
+                }
+            }
         }
     }
 }
@@ -110,6 +186,54 @@ impl Store for StoreKind {
     async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
         match self {
             Self::Memory(store) => store.execute(batch, now).await,
+            Self::Redis {
+                main,
+                per_second: None,
+            } => main.execute(batch, now).await,
+            Self::Redis {
+                main,
+                per_second: Some(second),
+            } => split_per_second(main, second, batch, now).await,
         }
     }
+}
+
+/// Sends one-second windows to `second` and the rest to `main`, both at
+/// once, and puts the outcomes back in request order. With
+/// `stop_when_over`, each Redis refuses its own part as a whole.
+async fn split_per_second(
+    main: &RedisStore,
+    second: &RedisStore,
+    batch: Batch,
+    now: UnixMillis,
+) -> Result<Vec<Outcome>, StoreError> {
+    let is_second =
+        |op: &Op| matches!(op.spec, Spec::FixedWindow { window, .. } if window.window_secs() == 1);
+    let order: Vec<bool> = batch.ops.iter().map(is_second).collect();
+    let (fast, slow): (Vec<Op>, Vec<Op>) = batch.ops.into_iter().partition(is_second);
+    let stop_when_over = batch.stop_when_over;
+    let run = |store: &RedisStore, ops: Vec<Op>| {
+        let store = store.clone();
+        async move {
+            if ops.is_empty() {
+                Ok(Vec::new())
+            } else {
+                store
+                    .execute(
+                        Batch {
+                            ops,
+                            stop_when_over,
+                        },
+                        now,
+                    )
+                    .await
+            }
+        }
+    };
+    let (fast, slow) = tokio::try_join!(run(second, fast), run(main, slow))?;
+    let (mut fast, mut slow) = (fast.into_iter(), slow.into_iter());
+    Ok(order
+        .into_iter()
+        .filter_map(|is_second| if is_second { fast.next() } else { slow.next() })
+        .collect())
 }

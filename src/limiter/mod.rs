@@ -7,12 +7,15 @@
 //! reads the rule index exactly once and the clock exactly once, and sends the
 //! store one batch.
 
+mod local_cache;
+
 use crate::algorithm::{FixedWindow, Outcome, Spec};
 use crate::clock::Clock;
 use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
 use crate::descriptor::{Descriptor, Request, Unit};
 use crate::store::{Batch, CounterId, Op, Store, StoreError};
 use arc_swap::ArcSwap;
+use local_cache::LocalCache;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,6 +122,19 @@ impl Default for RequestBounds {
     }
 }
 
+/// What to answer when the store fails (`--on-store-error`, `FAILURE_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailureMode {
+    /// Fail the request (gRPC UNAVAILABLE), so Envoy's `failure_mode_deny`
+    /// decides.
+    #[default]
+    Error,
+    /// Answer OK, as if every counter were fresh (fail open).
+    Allow,
+    /// Answer OVER_LIMIT (fail closed).
+    Deny,
+}
+
 /// Process-wide decision settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LimiterOptions {
@@ -133,6 +149,11 @@ pub struct LimiterOptions {
     pub stop_when_over: bool,
     /// Request size bounds.
     pub bounds: RequestBounds,
+    /// What to answer when the store fails.
+    pub failure_mode: FailureMode,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: budget of the in-process over-limit
+    /// cache; 0 turns it off.
+    pub local_cache_bytes: usize,
 }
 
 /// Why a request got no decision.
@@ -196,6 +217,7 @@ pub struct Limiter<S> {
     rules: SharedIndex,
     store: S,
     clock: Arc<dyn Clock>,
+    local_cache: Option<LocalCache>,
     options: LimiterOptions,
 }
 
@@ -237,6 +259,20 @@ impl<'a> LimitView<'a> {
         }
     }
 
+    /// The answer given without the store: a fresh window (`over` false) or
+    /// an exhausted one (`over` true).
+    fn failure_outcome(&self, over: bool) -> Outcome {
+        let limit = u64::from(self.requests_per_unit);
+        Outcome {
+            over_limit: over,
+            remaining: if over { 0 } else { limit },
+            reset: Duration::from_secs(self.window.window_secs()),
+            counted: false,
+            before: 0,
+            after: 0,
+        }
+    }
+
     fn spec(&self) -> Spec {
         Spec::FixedWindow {
             window: self.window,
@@ -261,10 +297,13 @@ impl<S: Store> Limiter<S> {
         clock: Arc<dyn Clock>,
         options: LimiterOptions,
     ) -> Self {
+        let local_cache =
+            (options.local_cache_bytes > 0).then(|| LocalCache::new(options.local_cache_bytes));
         Self {
             rules,
             store,
             clock,
+            local_cache,
             options,
         }
     }
@@ -303,21 +342,71 @@ impl<S: Store> Limiter<S> {
         apply_replaces(&mut plans);
 
         let request_hits = u64::from(request.hits_addend.max(1));
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; plans.len()];
+        let mut sent: Vec<usize> = Vec::with_capacity(plans.len());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
-        for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
+        for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             if let Plan::Limited { limit, shared, .. } = plan {
+                let id = counter_id(&request.domain, descriptor, shared);
+                let spec = limit.spec();
+                if let Some(hit) = self
+                    .local_cache
+                    .as_ref()
+                    .and_then(|c| c.get(&id, spec, now))
+                {
+                    outcomes[i] = Some(hit);
+                    continue;
+                }
+                sent.push(i);
                 batch.ops.push(Op {
-                    id: counter_id(&request.domain, descriptor, shared),
-                    spec: limit.spec(),
+                    id,
+                    spec,
                     hits: descriptor.hits_addend.unwrap_or(request_hits),
                 });
             }
         }
-        let outcomes = if batch.is_empty() {
-            Vec::new()
-        } else {
-            self.store.execute(batch, now).await?
-        };
+        if !batch.is_empty() {
+            // Identities are kept only when the local cache needs them.
+            let cached_ids: Vec<(CounterId, Spec)> = match &self.local_cache {
+                Some(_) => batch
+                    .ops
+                    .iter()
+                    .map(|op| (op.id.clone(), op.spec))
+                    .collect(),
+                None => Vec::new(),
+            };
+            match self.store.execute(batch, now).await {
+                Ok(results) => {
+                    for (&i, outcome) in sent.iter().zip(results) {
+                        outcomes[i] = Some(outcome);
+                    }
+                    if let Some(cache) = &self.local_cache {
+                        for (&i, (id, spec)) in sent.iter().zip(&cached_ids) {
+                            if outcomes[i].is_some_and(|o| o.over_limit) {
+                                cache.insert(id, *spec, now);
+                            }
+                        }
+                    }
+                }
+                Err(err) => {
+                    let answer = match self.options.failure_mode {
+                        FailureMode::Error => return Err(LimitError::Store(err)),
+                        FailureMode::Allow => false,
+                        FailureMode::Deny => true,
+                    };
+                    tracing::warn!(
+                        error = &err as &dyn std::error::Error,
+                        rl.failure_mode = ?self.options.failure_mode,
+                        "store unavailable; answering by failure mode"
+                    );
+                    for &i in &sent {
+                        if let Plan::Limited { limit, .. } = &plans[i] {
+                            outcomes[i] = Some(limit.failure_outcome(answer));
+                        }
+                    }
+                }
+            }
+        }
         Ok(self.respond(&plans, &outcomes))
     }
 
@@ -393,11 +482,10 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    fn respond(&self, plans: &[Plan<'_>], outcomes: &[Outcome]) -> Response {
-        let mut outcomes = outcomes.iter();
+    fn respond(&self, plans: &[Plan<'_>], outcomes: &[Option<Outcome>]) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
         let (mut any_over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
-        for plan in plans {
+        for (plan, outcome) in plans.iter().zip(outcomes) {
             let status = match plan {
                 Plan::NoLimit => Status::NO_LIMIT,
                 Plan::Unlimited => Status::UNLIMITED,
@@ -407,17 +495,9 @@ impl<S: Store> Limiter<S> {
                     quota_mode,
                     ..
                 } => {
-                    // The store answers one outcome per op, in order; a
-                    // missing one would be a store bug, answered as a fresh
-                    // window.
-                    let outcome = outcomes.next().copied().unwrap_or(Outcome {
-                        over_limit: false,
-                        remaining: u64::from(limit.requests_per_unit),
-                        reset: Duration::from_secs(limit.window.window_secs()),
-                        counted: false,
-                        before: 0,
-                        after: 0,
-                    });
+                    // Every limited plan has an outcome; a missing one would
+                    // be a store bug, answered as a fresh window.
+                    let outcome = outcome.unwrap_or_else(|| limit.failure_outcome(false));
                     let code = if outcome.over_limit && !shadow_mode {
                         Code::OverLimit
                     } else {

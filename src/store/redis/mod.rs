@@ -1,0 +1,644 @@
+//! The Redis store: standalone, Sentinel or Cluster, shared by every
+//! floodgate instance so limits are global.
+//!
+//! Every check-and-count runs inside Redis as one Lua script per counter
+//! (EVALSHA), never as a read in the service followed by a write, so
+//! concurrent callers can never over-admit. All operations of one request go
+//! out together: one pipeline on standalone and Sentinel; on a Cluster, one
+//! concurrent command per counter, which the cluster client pipelines per
+//! node. Connections are multiplexed and shared by all requests.
+//!
+//! The store knows counters, windows and limits, never descriptors.
+
+mod keys;
+mod scripts;
+
+use super::{Batch, Op, Store, StoreError};
+use crate::algorithm::fixed_window::Tally;
+use crate::algorithm::{Outcome, Spec};
+use crate::clock::UnixMillis;
+use arc_swap::ArcSwapOption;
+use keys::Keys;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, ConnectionInfo, IntoConnectionInfo as _, RedisError, RedisResult};
+use std::hash::{BuildHasher as _, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// How Redis is deployed (`REDIS_TYPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server (`REDIS_URL` = `host:port`, `redis://…` or a socket path).
+    Single,
+    /// A master found through Sentinel (`REDIS_URL` = `mastername,host:port,…`).
+    Sentinel,
+    /// A Redis Cluster (`REDIS_URL` = comma-separated seed nodes).
+    Cluster,
+}
+
+/// Everything needed to reach Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Deployment kind.
+    pub mode: RedisMode,
+    /// Address(es), in the reference's `REDIS_URL` forms.
+    pub url: String,
+    /// `REDIS_AUTH`: `password` or `user:password`.
+    pub auth: Option<String>,
+    /// `REDIS_SENTINEL_AUTH`: password for the Sentinel nodes themselves.
+    pub sentinel_auth: Option<String>,
+    /// Multiplexed connections to open (standalone and Sentinel).
+    pub pool_size: usize,
+    /// Deadline of one request's round trip.
+    pub timeout: Duration,
+    /// Deadline of one connection attempt.
+    pub connect_timeout: Duration,
+    /// `CACHE_KEY_PREFIX`, prepended to every key.
+    pub key_prefix: String,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: random extra expiry in `[0, N)`, so
+    /// keys of one window do not all expire in the same instant.
+    pub expiration_jitter_max_secs: u64,
+}
+
+impl RedisConfig {
+    /// A standalone config for `url` with default timeouts and no prefix.
+    pub fn single(url: impl Into<String>) -> Self {
+        Self {
+            mode: RedisMode::Single,
+            url: url.into(),
+            auth: None,
+            sentinel_auth: None,
+            pool_size: 2,
+            timeout: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(1),
+            key_prefix: String::new(),
+            expiration_jitter_max_secs: 0,
+        }
+    }
+
+    /// The URL with any password replaced by `***`, for logs.
+    pub fn redacted_url(&self) -> String {
+        redact(&self.url)
+    }
+}
+
+/// Replaces the password of every `scheme://user:password@host` in `url`.
+fn redact(url: &str) -> String {
+    url.split(',')
+        .map(|part| match (part.find("://"), part.rfind('@')) {
+            (Some(scheme_end), Some(at)) if at > scheme_end => {
+                let userinfo = &part[scheme_end + 3..at];
+                let user = userinfo.split(':').next().unwrap_or_default();
+                format!("{}{user}:***{}", &part[..scheme_end + 3], &part[at..])
+            }
+            _ => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+enum Connection {
+    Pool(Pool),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pool(pool) => {
+                write!(f, "Pool({} connections to {})", pool.conns.len(), pool.addr)
+            }
+            Self::Cluster(_) => f.write_str("Cluster"),
+        }
+    }
+}
+
+struct Pool {
+    addr: String,
+    conns: Vec<ConnectionManager>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    fn pick(&self) -> ConnectionManager {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
+        // `conns` is never empty: `connect_pool` opens at least one.
+        self.conns[i].clone()
+    }
+}
+
+/// Redis-backed counters; clones share connections.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: RedisConfig,
+    keys: Keys,
+    connection: ArcSwapOption<Connection>,
+    jitter_seed: RandomState,
+    jitter_counter: AtomicU64,
+}
+
+/// Backoff bounds for (re)connecting at start.
+const CONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How often Sentinel is asked where the master is.
+const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
+impl RedisStore {
+    /// A store for `config`, not yet connected: call [`RedisStore::maintain`]
+    /// (the server does) or [`RedisStore::connect`].
+    pub fn new(config: RedisConfig) -> Self {
+        let keys = Keys::new(config.key_prefix.clone());
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                keys,
+                connection: ArcSwapOption::empty(),
+                jitter_seed: RandomState::new(),
+                jitter_counter: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Whether a connection is established (health reports NOT_SERVING
+    /// until it is).
+    pub fn is_ready(&self) -> bool {
+        self.inner.connection.load().is_some()
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// Connects once.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when Redis (or Sentinel) cannot be reached in time.
+    pub async fn connect(&self) -> Result<(), StoreError> {
+        let connection = tokio::time::timeout(
+            self.inner.config.connect_timeout.saturating_mul(2),
+            open(&self.inner.config),
+        )
+        .await
+        .map_err(|_| StoreError::Timeout)??;
+        info!(redis.url = %self.inner.config.redacted_url(), redis.connection = ?connection, "redis connected");
+        self.inner.connection.store(Some(Arc::new(connection)));
+        Ok(())
+    }
+
+    /// Keeps the store connected until `shutdown`: connects with backoff at
+    /// start and, with Sentinel, follows the master when it moves. Once
+    /// connected, standalone and Cluster connections reconnect by themselves.
+    pub async fn maintain(&self, shutdown: CancellationToken) {
+        let mut backoff = CONNECT_BACKOFF_MIN;
+        while !self.is_ready() {
+            match self.connect().await {
+                Ok(()) => break,
+                Err(err) => {
+                    warn!(error = &err as &dyn std::error::Error, redis.url = %self.inner.config.redacted_url(), retry_in_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX), "redis not reachable");
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = backoff.saturating_mul(2).min(CONNECT_BACKOFF_MAX);
+        }
+        if self.inner.config.mode != RedisMode::Sentinel {
+            return;
+        }
+        let mut tick = tokio::time::interval(SENTINEL_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => self.follow_master().await,
+            }
+        }
+    }
+
+    async fn follow_master(&self) {
+        let config = &self.inner.config;
+        let master =
+            match tokio::time::timeout(config.connect_timeout, sentinel_master(config)).await {
+                Ok(Ok(master)) => master,
+                Ok(Err(err)) => {
+                    warn!(
+                        error = &err as &dyn std::error::Error,
+                        "sentinel query failed"
+                    );
+                    return;
+                }
+                Err(_) => {
+                    warn!("sentinel query timed out");
+                    return;
+                }
+            };
+        let current = self.inner.connection.load();
+        if let Some(Connection::Pool(pool)) = current.as_deref()
+            && pool.addr == master.addr_text
+        {
+            return;
+        }
+        match connect_pool(config, master.info, master.addr_text.clone()).await {
+            Ok(pool) => {
+                info!(redis.master = %master.addr_text, "redis master changed; reconnected");
+                self.inner
+                    .connection
+                    .store(Some(Arc::new(Connection::Pool(pool))));
+            }
+            Err(err) => {
+                warn!(error = &err as &dyn std::error::Error, redis.master = %master.addr_text, "cannot connect to new redis master")
+            }
+        }
+    }
+
+    fn ttl_secs(&self, window_secs: u64) -> u64 {
+        let max = self.inner.config.expiration_jitter_max_secs;
+        let jitter = if max == 0 {
+            0
+        } else {
+            let n = self.inner.jitter_counter.fetch_add(1, Ordering::Relaxed);
+            self.inner.jitter_seed.hash_one(n) % max
+        };
+        window_secs.saturating_add(jitter)
+    }
+
+    async fn run(
+        &self,
+        connection: &Connection,
+        batch: Batch,
+        now: UnixMillis,
+    ) -> RedisResult<Vec<Outcome>> {
+        let refuse = if batch.stop_when_over { "1" } else { "0" };
+        let calls: Vec<(String, [u64; 3])> = batch
+            .ops
+            .iter()
+            .map(|op| {
+                let Spec::FixedWindow { window, limit } = op.spec;
+                let key = self.inner.keys.fixed_window(
+                    &op.id,
+                    window.window_secs(),
+                    window.window_start(now),
+                );
+                (key, [op.hits, self.ttl_secs(window.window_secs()), limit])
+            })
+            .collect();
+        let replies: Vec<(u64, u64, u64)> = match connection {
+            Connection::Pool(pool) => {
+                let mut pipe = redis::pipe();
+                for (key, [hits, ttl, limit]) in &calls {
+                    pipe.add_command(eval_cmd(
+                        &scripts::FIXED_WINDOW,
+                        key,
+                        &[
+                            &hits.to_string(),
+                            &ttl.to_string(),
+                            &limit.to_string(),
+                            refuse,
+                        ],
+                    ));
+                }
+                query_pipeline(&mut pool.pick(), &pipe).await?
+            }
+            Connection::Cluster(cluster) => {
+                let calls = calls.iter().map(|(key, [hits, ttl, limit])| {
+                    let mut conn = cluster.clone();
+                    async move {
+                        scripts::FIXED_WINDOW
+                            .key(key)
+                            .arg(*hits)
+                            .arg(*ttl)
+                            .arg(*limit)
+                            .arg(refuse)
+                            .invoke_async::<(u64, u64, u64)>(&mut conn)
+                            .await
+                    }
+                });
+                futures_util::future::try_join_all(calls).await?
+            }
+        };
+        let mut outcomes: Vec<Outcome> = batch
+            .ops
+            .iter()
+            .zip(&replies)
+            .map(|(op, &(before, after, counted))| outcome(op, before, after, counted == 1, now))
+            .collect();
+        if batch.stop_when_over && outcomes.iter().any(|o| !o.counted) {
+            self.take_back(connection, &batch.ops, &calls, &mut outcomes, now)
+                .await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// Undoes the counted operations of a batch refused as a whole.
+    async fn take_back(
+        &self,
+        connection: &Connection,
+        ops: &[Op],
+        calls: &[(String, [u64; 3])],
+        outcomes: &mut [Outcome],
+        now: UnixMillis,
+    ) -> RedisResult<()> {
+        let undo: Vec<usize> = (0..ops.len())
+            .filter(|&i| outcomes[i].counted && ops[i].hits > 0)
+            .collect();
+        if undo.is_empty() {
+            return Ok(());
+        }
+        match connection {
+            Connection::Pool(pool) => {
+                let mut pipe = redis::pipe();
+                for &i in &undo {
+                    pipe.add_command(eval_cmd(
+                        &scripts::TAKE_BACK,
+                        &calls[i].0,
+                        &[&ops[i].hits.to_string()],
+                    ));
+                }
+                let _: Vec<i64> = query_pipeline(&mut pool.pick(), &pipe).await?;
+            }
+            Connection::Cluster(cluster) => {
+                let calls = undo.iter().map(|&i| {
+                    let mut conn = cluster.clone();
+                    let key = &calls[i].0;
+                    let hits = ops[i].hits;
+                    async move {
+                        scripts::TAKE_BACK
+                            .key(key)
+                            .arg(hits)
+                            .invoke_async::<i64>(&mut conn)
+                            .await
+                    }
+                });
+                futures_util::future::try_join_all(calls).await?;
+            }
+        }
+        for &i in &undo {
+            let Spec::FixedWindow { window, limit } = ops[i].spec;
+            outcomes[i] = window.refused(outcomes[i].before, ops[i].hits, limit, now);
+        }
+        Ok(())
+    }
+}
+
+fn outcome(op: &Op, before: u64, after: u64, counted: bool, now: UnixMillis) -> Outcome {
+    let Spec::FixedWindow { window, limit } = op.spec;
+    if counted {
+        window.outcome(Tally { before, after }, limit, now, true)
+    } else {
+        window.refused(before, op.hits, limit, now)
+    }
+}
+
+/// An EVALSHA command for `script` on `key` with `args`.
+fn eval_cmd(script: &redis::Script, key: &str, args: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(1).arg(key);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+/// Runs `pipe`; when Redis has lost the scripts (restart, failover, SCRIPT
+/// FLUSH), loads them and runs it once more.
+async fn query_pipeline<T: redis::FromRedisValue>(
+    conn: &mut ConnectionManager,
+    pipe: &redis::Pipeline,
+) -> RedisResult<T> {
+    match pipe.query_async(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            for script in scripts::all() {
+                script.prepare_invoke().load_async(conn).await?;
+            }
+            pipe.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+impl Store for RedisStore {
+    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
+        let Some(connection) = self.inner.connection.load_full() else {
+            return Err(StoreError::NotConnected);
+        };
+        match tokio::time::timeout(self.inner.config.timeout, self.run(&connection, batch, now))
+            .await
+        {
+            Ok(result) => result.map_err(StoreError::from),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+}
+
+/// Parses one address in the reference's forms: `host:port`, a URL
+/// (`redis://`, `rediss://`, `unix://`), or a unix socket path.
+fn connection_info(addr: &str, auth: Option<&str>) -> RedisResult<ConnectionInfo> {
+    let addr = addr.trim();
+    let info = if addr.contains("://") {
+        addr.into_connection_info()?
+    } else if addr.starts_with('/') {
+        format!("unix://{addr}").into_connection_info()?
+    } else {
+        format!("redis://{addr}").into_connection_info()?
+    };
+    Ok(match auth.filter(|a| !a.is_empty()) {
+        None => info,
+        Some(auth) => {
+            let mut settings = info.redis_settings().clone();
+            settings = match auth.split_once(':') {
+                Some((user, password)) => settings.set_username(user).set_password(password),
+                None => settings.set_password(auth),
+            };
+            info.set_redis_settings(settings)
+        }
+    })
+}
+
+async fn open(config: &RedisConfig) -> Result<Connection, StoreError> {
+    match config.mode {
+        RedisMode::Single => {
+            let info = connection_info(&config.url, config.auth.as_deref())?;
+            let addr = redact(&config.url);
+            Ok(Connection::Pool(connect_pool(config, info, addr).await?))
+        }
+        RedisMode::Sentinel => {
+            let master = sentinel_master(config).await?;
+            Ok(Connection::Pool(
+                connect_pool(config, master.info, master.addr_text).await?,
+            ))
+        }
+        RedisMode::Cluster => {
+            let seeds = config
+                .url
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| connection_info(s, None))
+                .collect::<RedisResult<Vec<_>>>()?;
+            let mut builder = ClusterClientBuilder::new(seeds)
+                .connection_timeout(config.connect_timeout)
+                .response_timeout(config.timeout)
+                .retries(2);
+            if let Some(auth) = config.auth.as_deref().filter(|a| !a.is_empty()) {
+                builder = match auth.split_once(':') {
+                    Some((user, password)) => builder.username(user).password(password),
+                    None => builder.password(auth),
+                };
+            }
+            let client = builder.build()?;
+            Ok(Connection::Cluster(client.get_async_connection().await?))
+        }
+    }
+}
+
+async fn connect_pool(
+    config: &RedisConfig,
+    info: ConnectionInfo,
+    addr: String,
+) -> Result<Pool, StoreError> {
+    let client = Client::open(info)?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_secs(1));
+    let mut conns = Vec::with_capacity(config.pool_size.max(1));
+    for _ in 0..config.pool_size.max(1) {
+        conns.push(
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?,
+        );
+    }
+    // Load the scripts up front so the first requests do not pay for it.
+    if let Some(conn) = conns.first_mut() {
+        for script in scripts::all() {
+            script.prepare_invoke().load_async(conn).await?;
+        }
+    }
+    Ok(Pool {
+        addr,
+        conns,
+        next: AtomicUsize::new(0),
+    })
+}
+
+struct Master {
+    info: ConnectionInfo,
+    addr_text: String,
+}
+
+/// Asks the Sentinel nodes, in order, where the master is.
+async fn sentinel_master(config: &RedisConfig) -> Result<Master, StoreError> {
+    let mut parts = config.url.split(',').map(str::trim);
+    let name = parts
+        .next()
+        .filter(|n| !n.is_empty())
+        .ok_or(StoreError::Config {
+            reason: "sentinel REDIS_URL must be 'mastername,host:port[,host:port…]'",
+        })?;
+    let mut last_error = None;
+    for node in parts.filter(|p| !p.is_empty()) {
+        let attempt = async {
+            let info = connection_info(node, config.sentinel_auth.as_deref())?;
+            let client = Client::open(info)?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let (host, port): (String, u16) = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(name)
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, RedisError>((host, port))
+        };
+        match tokio::time::timeout(config.connect_timeout, attempt).await {
+            Ok(Ok((host, port))) => {
+                let addr_text = format!("{host}:{port}");
+                let info = connection_info(&addr_text, config.auth.as_deref())?;
+                return Ok(Master { info, addr_text });
+            }
+            Ok(Err(err)) => last_error = Some(StoreError::from(err)),
+            Err(_) => last_error = Some(StoreError::Timeout),
+        }
+    }
+    Err(last_error.unwrap_or(StoreError::Config {
+        reason: "sentinel REDIS_URL names no sentinel node",
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::FixedWindow;
+    use crate::algorithm::fixed_window::is_over_limit;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://user:secret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(
+            redact("rediss://:secret@a:1,redis://b:2"),
+            "rediss://:***@a:1,redis://b:2"
+        );
+        assert_eq!(redact("127.0.0.1:6379"), "127.0.0.1:6379");
+    }
+
+    #[test]
+    fn reference_address_forms_parse() {
+        let info = connection_info("127.0.0.1:6379", Some("user:pw")).unwrap();
+        assert_eq!(info.addr().to_string(), "127.0.0.1:6379");
+        assert_eq!(info.redis_settings().username(), Some("user"));
+        assert_eq!(info.redis_settings().password(), Some("pw"));
+        let info = connection_info("redis://h:1", Some("pw")).unwrap();
+        assert_eq!(info.redis_settings().password(), Some("pw"));
+        assert_eq!(info.redis_settings().username(), None);
+        let info = connection_info("/var/run/redis.sock", None).unwrap();
+        assert!(info.addr().to_string().contains("redis.sock"));
+        assert!(connection_info("redis://[bad", None).is_err());
+    }
+
+    #[test]
+    fn jitter_stays_below_the_maximum() {
+        let mut config = RedisConfig::single("127.0.0.1:1");
+        config.expiration_jitter_max_secs = 5;
+        let store = RedisStore::new(config);
+        for _ in 0..200 {
+            let ttl = store.ttl_secs(60);
+            assert!((60..65).contains(&ttl), "{ttl}");
+        }
+        let none = RedisStore::new(RedisConfig::single("127.0.0.1:1"));
+        assert_eq!(none.ttl_secs(60), 60);
+    }
+
+    #[test]
+    fn fixed_window_outcome_matches_memory_semantics() {
+        let now = UnixMillis::from_secs(1_230);
+        let op = Op {
+            id: crate::store::CounterId::new("d", [("k", "v")]),
+            spec: Spec::FixedWindow {
+                window: FixedWindow::new(60),
+                limit: 5,
+            },
+            hits: 2,
+        };
+        let o = outcome(&op, 3, 5, true, now);
+        assert_eq!(
+            (o.over_limit, o.remaining, o.reset.as_secs()),
+            (false, 0, 30)
+        );
+        let o = outcome(&op, 4, 6, false, now);
+        assert!(o.over_limit && !o.counted);
+        assert!(is_over_limit(o.after, 5));
+    }
+}

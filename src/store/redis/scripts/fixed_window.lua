@@ -1,0 +1,25 @@
+-- Fixed window check-and-count, atomic inside Redis.
+--
+-- KEYS[1]  counter key of the current window
+-- ARGV[1]  hits to add (0 reads without counting)
+-- ARGV[2]  expiry in seconds, set only when the key is created
+-- ARGV[3]  limit (hits allowed per window)
+-- ARGV[4]  '1' to refuse without counting when the hits would exceed the
+--          limit (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), '0' to always count
+--
+-- Reply: {before, after, counted} where counted is 1 when the hits were added.
+local hits = tonumber(ARGV[1])
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+if hits == 0 then
+  return {before, before, 1}
+end
+if ARGV[4] == '1' and before + hits > tonumber(ARGV[3]) then
+  return {before, before + hits, 0}
+end
+local after = redis.call('INCRBY', KEYS[1], hits)
+if after == hits then
+  -- The key is new: give it its one expiry, so no key lives forever and the
+  -- expiry never drifts on later hits.
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return {before, after, 1}
