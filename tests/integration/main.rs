@@ -6,4 +6,5 @@
 mod support;
 
 mod cli;
+mod conformance;
 mod grpc;

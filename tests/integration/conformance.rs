@@ -1,0 +1,305 @@
+//! One conformance suite, run against every store: the embedded store, a
+//! real standalone Redis and a real 3-master Redis Cluster must give the same
+//! answers for the same requests at the same (manual) time.
+
+use crate::support::grpc::index;
+use crate::support::redis::{RedisCluster, RedisServer};
+use arc_swap::ArcSwap;
+use floodgate::clock::{ManualClock, UnixMillis};
+use floodgate::descriptor::{Descriptor, Request};
+use floodgate::limiter::{Code, Limiter, LimiterOptions, Response};
+use floodgate::store::{MemoryStore, RedisConfig, RedisMode, RedisStore, StoreKind};
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Duration;
+
+const RULES: &str = r"
+domain: conf
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3, name: per_user}
+  - key: k20
+    rate_limit: {unit: second, requests_per_unit: 20}
+  - key: hourly
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: fifty
+    rate_limit: {unit: hour, requests_per_unit: 50}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: replacer
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      replaces: [{name: per_user}]
+  - key: key4
+    rate_limit: {unit: hour, requests_per_unit: 15}
+  - key: key5
+    rate_limit: {unit: hour, requests_per_unit: 14}
+";
+
+/// 40 s into a minute.
+const T0: u64 = 1_700_000_080;
+
+/// A store and whatever keeps its servers alive.
+pub struct Backend {
+    pub store: StoreKind,
+    _servers: Box<dyn Any + Send>,
+}
+
+pub async fn memory() -> Backend {
+    Backend {
+        store: StoreKind::Memory(MemoryStore::new()),
+        _servers: Box::new(()),
+    }
+}
+
+pub fn redis_config(mode: RedisMode, url: String) -> RedisConfig {
+    RedisConfig {
+        mode,
+        timeout: Duration::from_secs(2),
+        ..RedisConfig::single(url)
+    }
+}
+
+pub async fn connected(config: RedisConfig) -> StoreKind {
+    let store = RedisStore::new(config);
+    store.connect().await.expect("redis reachable");
+    StoreKind::Redis {
+        main: store,
+        per_second: None,
+    }
+}
+
+pub async fn standalone() -> Backend {
+    let server = RedisServer::start();
+    let store = connected(redis_config(RedisMode::Single, server.addr())).await;
+    Backend {
+        store,
+        _servers: Box::new(server),
+    }
+}
+
+pub async fn cluster() -> Backend {
+    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
+        .await
+        .unwrap();
+    let store = connected(redis_config(RedisMode::Cluster, cluster.seeds())).await;
+    Backend {
+        store,
+        _servers: Box::new(cluster),
+    }
+}
+
+fn limiter(
+    backend: &Backend,
+    clock: &ManualClock,
+    options: LimiterOptions,
+) -> Arc<Limiter<StoreKind>> {
+    Arc::new(Limiter::new(
+        Arc::new(ArcSwap::from_pointee(index(&[("conf.yaml", RULES)]))),
+        backend.store.clone(),
+        Arc::new(clock.clone()),
+        options,
+    ))
+}
+
+fn req(descriptors: &[(&str, &str, Option<u64>)]) -> Request {
+    Request {
+        domain: "conf".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|(k, v, hits)| Descriptor {
+                hits_addend: *hits,
+                ..Descriptor::from_pairs([(*k, *v)])
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+async fn ask(l: &Limiter<StoreKind>, descriptors: &[(&str, &str, Option<u64>)]) -> Response {
+    l.should_rate_limit(&req(descriptors)).await.unwrap()
+}
+
+fn codes(r: &Response) -> Vec<(Code, u32)> {
+    r.statuses
+        .iter()
+        .map(|s| (s.code, s.limit_remaining))
+        .collect()
+}
+
+pub async fn fixed_window_counts_and_resets(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.extend(codes(&ask(&l, &[("user", "alice", None)]).await));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (Code::Ok, 2),
+            (Code::Ok, 1),
+            (Code::Ok, 0),
+            (Code::OverLimit, 0)
+        ]
+    );
+    let r = ask(&l, &[("user", "alice", None)]).await;
+    assert_eq!(
+        r.statuses[0].duration_until_reset,
+        Some(Duration::from_secs(20))
+    );
+    assert_eq!(
+        ask(&l, &[("user", "bob", None)]).await.overall_code,
+        Code::Ok
+    );
+    clock.advance(Duration::from_secs(19));
+    assert_eq!(
+        ask(&l, &[("user", "alice", None)]).await.overall_code,
+        Code::OverLimit
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        codes(&ask(&l, &[("user", "alice", None)]).await),
+        vec![(Code::Ok, 2)]
+    );
+}
+
+pub async fn hits_addend_reference_vectors(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    ask(&l, &[("k20", "x", Some(2))]).await;
+    assert_eq!(
+        codes(&ask(&l, &[("k20", "x", Some(3))]).await),
+        vec![(Code::Ok, 15)]
+    );
+    ask(&l, &[("hourly", "x", Some(11))]).await;
+    for _ in 0..3 {
+        assert_eq!(
+            codes(&ask(&l, &[("hourly", "x", Some(0))]).await),
+            vec![(Code::OverLimit, 0)]
+        );
+    }
+    // Over-limit hits still count; a check at the limit is OK with 0 left.
+    ask(&l, &[("hourly", "y", Some(10))]).await;
+    assert_eq!(
+        codes(&ask(&l, &[("hourly", "y", Some(0))]).await),
+        vec![(Code::Ok, 0)]
+    );
+    ask(&l, &[("hourly", "y", None)]).await;
+    assert_eq!(
+        codes(&ask(&l, &[("hourly", "y", Some(0))]).await),
+        vec![(Code::OverLimit, 0)]
+    );
+}
+
+pub async fn shadow_and_replaces(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    ask(&l, &[("shadow", "x", None)]).await;
+    let r = ask(&l, &[("shadow", "x", None)]).await;
+    assert_eq!((r.overall_code, codes(&r)), (Code::Ok, vec![(Code::Ok, 0)]));
+    for _ in 0..5 {
+        let r = ask(&l, &[("user", "carol", None), ("replacer", "carol", None)]).await;
+        assert!(r.statuses[0].current_limit.is_none());
+        assert_eq!(r.overall_code, Code::Ok);
+    }
+    assert_eq!(
+        codes(&ask(&l, &[("user", "carol", None)]).await),
+        vec![(Code::Ok, 2)]
+    );
+}
+
+pub async fn stop_increment_reference_vector(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(
+        &backend,
+        &clock,
+        LimiterOptions {
+            stop_when_over: true,
+            ..LimiterOptions::default()
+        },
+    );
+    ask(&l, &[("key4", "v", Some(13)), ("key5", "v", Some(13))]).await;
+    let r = ask(&l, &[("key4", "v", Some(2)), ("key5", "v", Some(2))]).await;
+    assert_eq!(codes(&r), vec![(Code::Ok, 2), (Code::OverLimit, 0)]);
+    assert_eq!(r.overall_code, Code::OverLimit);
+    // Nothing was counted on either: both still at 13.
+    let r = ask(&l, &[("key4", "v", Some(1)), ("key5", "v", Some(1))]).await;
+    assert_eq!(codes(&r), vec![(Code::Ok, 1), (Code::Ok, 0)]);
+}
+
+pub async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let l = l.clone();
+        calls.spawn(async move { ask(&l, &[("fifty", "x", None)]).await.overall_code });
+    }
+    let mut ok = 0;
+    while let Some(code) = calls.join_next().await {
+        ok += usize::from(code.unwrap() == Code::Ok);
+    }
+    assert_eq!(ok, 50);
+}
+
+pub async fn hostile_values_never_collide(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    let long = "v".repeat(1_024);
+    let values = [
+        "a_b",
+        "a",
+        "b_c",
+        "{",
+        "}",
+        "{x}",
+        "|",
+        "=",
+        "k=v|k2=v2",
+        ":",
+        "\n",
+        "%7B",
+        "%",
+        "",
+        &long,
+    ];
+    for value in values {
+        let r = ask(&l, &[("user", value, Some(3))]).await;
+        assert_eq!(codes(&r), vec![(Code::Ok, 0)], "value {value:?} collided");
+    }
+}
+
+macro_rules! conformance {
+    ($($scenario:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                super::$scenario(super::memory().await).await;
+            })*
+        }
+        mod redis_standalone {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                super::$scenario(super::standalone().await).await;
+            })*
+        }
+        mod redis_cluster {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                super::$scenario(super::cluster().await).await;
+            })*
+        }
+    };
+}
+
+conformance!(
+    fixed_window_counts_and_resets,
+    hits_addend_reference_vectors,
+    shadow_and_replaces,
+    stop_increment_reference_vector,
+    concurrent_calls_admit_exactly_the_limit,
+    hostile_values_never_collide,
+);

@@ -1,0 +1,234 @@
+//! Real redis-server processes on free loopback ports: one standalone server
+//! per test, or a 3-master cluster built with `redis-cli --cluster create`.
+//! Every process is killed and reaped on drop.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "redis-server not found: install it (Debian: apt-get install redis-server redis-tools) or set REDIS_SERVER_BIN";
+
+fn server_bin() -> PathBuf {
+    if let Ok(bin) = std::env::var("REDIS_SERVER_BIN") {
+        return PathBuf::from(bin);
+    }
+    which("redis-server").unwrap_or_else(|| panic!("{INSTALL_HINT}"))
+}
+
+fn cli_bin() -> PathBuf {
+    if let Ok(bin) = std::env::var("REDIS_CLI_BIN") {
+        return PathBuf::from(bin);
+    }
+    which("redis-cli").unwrap_or_else(|| panic!("{INSTALL_HINT}"))
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One redis-server process.
+pub struct RedisServer {
+    pub port: u16,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a standalone server.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra command-line arguments, retrying on a port
+    /// collision.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = tempfile::tempdir().unwrap();
+            match Self::spawn(port, dir, extra) {
+                Ok(server) => return server,
+                Err(log) => last_log = log,
+            }
+        }
+        panic!("redis-server did not start; last log:\n{last_log}");
+    }
+
+    /// Starts a server on `port` again (after [`RedisServer::stop`]).
+    pub fn restart(&mut self, extra: &[&str]) {
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        match Self::spawn(self.port, dir, extra) {
+            Ok(server) => *self = server,
+            Err(log) => panic!("redis-server did not restart:\n{log}"),
+        }
+    }
+
+    fn spawn(port: u16, dir: tempfile::TempDir, extra: &[&str]) -> Result<Self, String> {
+        let log = dir.path().join("redis.log");
+        let child = Command::new(server_bin())
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
+        let mut server = Self { port, child, dir };
+        if server.wait_ready(Duration::from_secs(10)) {
+            Ok(server)
+        } else {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            server.stop();
+            Err(text)
+        }
+    }
+
+    fn wait_ready(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            if self.cli(&["PING"]).is_some_and(|out| out.trim() == "PONG") {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `redis-cli` against this server; `None` if it failed.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        cli(self.port, args)
+    }
+
+    /// The server's data directory (holds its log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Kills the process and waits for it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs `redis-cli -p port args…`, returning stdout on success.
+pub fn cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new(cli_bin())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A Redis Cluster of `n` masters and no replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts `masters` cluster-enabled servers and joins them.
+    pub fn start(masters: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
+        args.extend(nodes.iter().map(RedisServer::addr));
+        args.extend([
+            "--cluster-replicas".to_owned(),
+            "0".to_owned(),
+            "--cluster-yes".to_owned(),
+        ]);
+        let out = Command::new(cli_bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Self { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    fn is_ok(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            n.cli(&["CLUSTER", "INFO"])
+                .is_some_and(|info| info.contains("cluster_state:ok"))
+        })
+    }
+
+    /// Seed list in the `REDIS_URL` cluster form: `h1:p1,h2:p2,…`.
+    pub fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::addr)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
