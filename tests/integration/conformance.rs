@@ -42,19 +42,19 @@ descriptors:
 const T0: u64 = 1_700_000_080;
 
 /// A store and whatever keeps its servers alive.
-pub struct Backend {
-    pub store: StoreKind,
+pub(crate) struct Backend {
+    pub(crate) store: StoreKind,
     _servers: Box<dyn Any + Send>,
 }
 
-pub async fn memory() -> Backend {
+pub(crate) async fn memory() -> Backend {
     Backend {
         store: StoreKind::Memory(MemoryStore::new()),
         _servers: Box::new(()),
     }
 }
 
-pub fn redis_config(mode: RedisMode, url: String) -> RedisConfig {
+pub(crate) fn redis_config(mode: RedisMode, url: String) -> RedisConfig {
     RedisConfig {
         mode,
         timeout: Duration::from_secs(2),
@@ -62,7 +62,7 @@ pub fn redis_config(mode: RedisMode, url: String) -> RedisConfig {
     }
 }
 
-pub async fn connected(config: RedisConfig) -> StoreKind {
+pub(crate) async fn connected(config: RedisConfig) -> StoreKind {
     let store = RedisStore::new(config);
     store.connect().await.expect("redis reachable");
     StoreKind::Redis {
@@ -71,7 +71,7 @@ pub async fn connected(config: RedisConfig) -> StoreKind {
     }
 }
 
-pub async fn standalone() -> Backend {
+pub(crate) async fn standalone() -> Backend {
     let server = RedisServer::start();
     let store = connected(redis_config(RedisMode::Single, server.addr())).await;
     Backend {
@@ -80,7 +80,7 @@ pub async fn standalone() -> Backend {
     }
 }
 
-pub async fn cluster() -> Backend {
+pub(crate) async fn cluster() -> Backend {
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
         .await
         .unwrap();
@@ -129,7 +129,7 @@ fn codes(r: &Response) -> Vec<(Code, u32)> {
         .collect()
 }
 
-pub async fn fixed_window_counts_and_resets(backend: Backend) {
+pub(crate) async fn fixed_window_counts_and_resets(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(&backend, &clock, LimiterOptions::default());
     let mut seen = Vec::new();
@@ -166,7 +166,7 @@ pub async fn fixed_window_counts_and_resets(backend: Backend) {
     );
 }
 
-pub async fn hits_addend_reference_vectors(backend: Backend) {
+pub(crate) async fn hits_addend_reference_vectors(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(&backend, &clock, LimiterOptions::default());
     ask(&l, &[("k20", "x", Some(2))]).await;
@@ -194,7 +194,7 @@ pub async fn hits_addend_reference_vectors(backend: Backend) {
     );
 }
 
-pub async fn shadow_and_replaces(backend: Backend) {
+pub(crate) async fn shadow_and_replaces(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(&backend, &clock, LimiterOptions::default());
     ask(&l, &[("shadow", "x", None)]).await;
@@ -211,7 +211,7 @@ pub async fn shadow_and_replaces(backend: Backend) {
     );
 }
 
-pub async fn stop_increment_reference_vector(backend: Backend) {
+pub(crate) async fn stop_increment_reference_vector(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(
         &backend,
@@ -230,7 +230,7 @@ pub async fn stop_increment_reference_vector(backend: Backend) {
     assert_eq!(codes(&r), vec![(Code::Ok, 1), (Code::Ok, 0)]);
 }
 
-pub async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
+pub(crate) async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(&backend, &clock, LimiterOptions::default());
     let mut calls = tokio::task::JoinSet::new();
@@ -245,7 +245,7 @@ pub async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
     assert_eq!(ok, 50);
 }
 
-pub async fn hostile_values_never_collide(backend: Backend) {
+pub(crate) async fn hostile_values_never_collide(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(&backend, &clock, LimiterOptions::default());
     let long = "v".repeat(1_024);

@@ -8,3 +8,4 @@ mod support;
 mod cli;
 mod conformance;
 mod grpc;
+mod redis;

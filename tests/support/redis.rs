@@ -67,6 +67,49 @@ impl RedisServer {
         panic!("redis-server did not start; last log:\n{last_log}");
     }
 
+    /// Starts a standalone server on a given free `port`.
+    pub fn start_on(port: u16) -> Self {
+        match Self::spawn(port, tempfile::tempdir().unwrap(), &[]) {
+            Ok(server) => server,
+            Err(log) => panic!("redis-server did not start on {port}:\n{log}"),
+        }
+    }
+
+    /// Starts a Sentinel with the config file `conf` (copied, since Sentinel
+    /// rewrites it).
+    pub fn start_sentinel(conf: &Path) -> Self {
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let own = dir.path().join("sentinel.conf");
+            std::fs::copy(conf, &own).unwrap();
+            let port = free_port();
+            let log = dir.path().join("redis.log");
+            let child = Command::new(server_bin())
+                .arg(&own)
+                .args([
+                    "--sentinel",
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                ])
+                .arg("--logfile")
+                .arg(&log)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
+            let mut server = Self { port, child, dir };
+            if server.wait_ready(Duration::from_secs(10)) {
+                return server;
+            }
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+            server.stop();
+        }
+        panic!("redis sentinel did not start; last log:\n{last_log}");
+    }
+
     /// Starts a server on `port` again (after [`RedisServer::stop`]).
     pub fn restart(&mut self, extra: &[&str]) {
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());

@@ -1,0 +1,442 @@
+//! Redis-specific behaviour through a served floodgate: key layout and
+//! expiry, round trips, several instances sharing one Redis, Redis going away
+//! and coming back, Sentinel failover, and the local over-limit cache.
+
+use crate::conformance::{connected, redis_config};
+use crate::support::grpc::{TestServer, ask, index, request};
+use crate::support::redis::RedisServer;
+use floodgate::clock::{ManualClock, SystemClock, UnixMillis};
+use floodgate::limiter::{FailureMode, LimiterOptions};
+use floodgate::store::{RedisConfig, RedisMode, RedisStore, StoreKind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const OK: i32 = 1;
+const OVER_LIMIT: i32 = 2;
+
+const RULES: &str = r"
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: hundred
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: five
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 10}
+";
+
+const T0: u64 = 1_700_000_080;
+
+async fn serve(store: StoreKind, options: LimiterOptions) -> TestServer {
+    TestServer::start(
+        index(&[("edge.yaml", RULES)]),
+        store,
+        Arc::new(ManualClock::new(UnixMillis::from_secs(T0))),
+        options,
+    )
+    .await
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    evalsha_calls_port(server.port)
+}
+
+/// EVALSHA calls a Redis has served (INFO commandstats).
+fn evalsha_calls_port(port: u16) -> u64 {
+    let stats = crate::support::redis::cli(port, &["INFO", "commandstats"]).unwrap_or_default();
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split(['=', ',']).nth(1))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_carry_prefix_hash_tag_window_and_expiry() {
+    let redis = RedisServer::start();
+    let config = RedisConfig {
+        key_prefix: "fg:".into(),
+        expiration_jitter_max_secs: 5,
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let server = serve(connected(config).await, LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    ask(
+        &mut client,
+        request("edge", &[&[("tenant", "acme"), ("user", "a_b")]]),
+    )
+    .await;
+    let keys = redis.cli(&["--raw", "KEYS", "*"]).unwrap();
+    let start = T0 - T0 % 60;
+    assert_eq!(
+        keys.trim(),
+        format!("fg:{{edge|tenant=acme|user=a_b}}f60:{start}")
+    );
+    let ttl: u64 = redis
+        .cli(&["TTL", keys.trim()])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((55..=65).contains(&ttl), "ttl {ttl}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_call_per_descriptor_and_none_for_unlimited_requests() {
+    let redis = RedisServer::start();
+    let server = serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    let before = evalsha_calls(&redis);
+    ask(
+        &mut client,
+        request(
+            "edge",
+            &[
+                &[("user", "a")],
+                &[("user", "b")],
+                &[("hundred", "x")],
+                &[("nomatch", "x")],
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(evalsha_calls(&redis) - before, 3);
+    ask(&mut client, request("edge", &[&[("nomatch", "x")]])).await;
+    assert_eq!(evalsha_calls(&redis) - before, 3);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_global_limit() {
+    let redis = RedisServer::start();
+    let a = serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions::default(),
+    )
+    .await;
+    let b = serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions::default(),
+    )
+    .await;
+    let channels = [a.channel().await, b.channel().await];
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..500 {
+        let mut client = floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(
+            channels[i % 2].clone(),
+        );
+        calls.spawn(async move {
+            ask(&mut client, request("edge", &[&[("hundred", "global")]]))
+                .await
+                .overall_code
+        });
+    }
+    let mut ok = 0;
+    while let Some(code) = calls.join_next().await {
+        ok += usize::from(code.unwrap() == OK);
+    }
+    assert_eq!(ok, 100);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_threads_racing_on_a_limit_of_five() {
+    let redis = RedisServer::start();
+    let addr = redis.addr();
+    let limiter_store = connected(redis_config(RedisMode::Single, addr)).await;
+    let server = serve(limiter_store, LimiterOptions::default()).await;
+    let grpc = server.grpc_addr;
+    // Ten OS threads, each with its own runtime and connection: the
+    // check-then-act race of GET-then-INCR limiters.
+    let admitted: usize = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..10)
+            .map(|_| {
+                scope.spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                    rt.block_on(async move {
+                        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+                            .unwrap()
+                            .connect()
+                            .await
+                            .unwrap();
+                        let mut client = floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(channel);
+                        usize::from(ask(&mut client, request("edge", &[&[("five", "race")]])).await.overall_code == OK)
+                    })
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert_eq!(admitted, 5);
+    server.shutdown().await;
+}
+
+async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_loss_is_unavailable_then_recovers_without_restart() {
+    let mut redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_millis(200),
+        connect_timeout: Duration::from_millis(200),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let server = serve(connected(config).await, LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    let r = ask(&mut client, request("edge", &[&[("user", "x")]])).await;
+    assert_eq!(r.overall_code, OK);
+
+    redis.stop();
+    let started = Instant::now();
+    let err = client
+        .should_rate_limit(request("edge", &[&[("user", "x")]]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert_eq!(err.message(), "rate limit store unavailable");
+    // Bounded by the deadline, not hanging (generous bound for slow CI).
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    redis.restart(&[]);
+    wait_for("recovery after redis restart", || {
+        let mut client = client.clone();
+        async move {
+            client
+                .should_rate_limit(request("edge", &[&[("user", "y")]]))
+                .await
+                .is_ok_and(|r| r.into_inner().overall_code == OK)
+        }
+    })
+    .await;
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_modes_answer_allow_or_deny_when_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_millis(200),
+        connect_timeout: Duration::from_millis(200),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let store = connected(config).await;
+    let allow = serve(
+        store.clone(),
+        LimiterOptions {
+            failure_mode: FailureMode::Allow,
+            ..LimiterOptions::default()
+        },
+    )
+    .await;
+    let deny = serve(
+        store,
+        LimiterOptions {
+            failure_mode: FailureMode::Deny,
+            ..LimiterOptions::default()
+        },
+    )
+    .await;
+    redis.stop();
+    let r = ask(
+        &mut allow.client().await,
+        request("edge", &[&[("user", "x")]]),
+    )
+    .await;
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 3));
+    let r = ask(
+        &mut deny.client().await,
+        request("edge", &[&[("user", "x")]]),
+    )
+    .await;
+    assert_eq!(r.overall_code, OVER_LIMIT);
+    allow.shutdown().await;
+    deny.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_serving_until_redis_is_reachable() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = RedisConfig {
+        connect_timeout: Duration::from_millis(200),
+        ..redis_config(RedisMode::Single, format!("127.0.0.1:{port}"))
+    };
+    let store = StoreKind::Redis {
+        main: RedisStore::new(config),
+        per_second: None,
+    };
+    let server = TestServer::start(
+        index(&[("edge.yaml", RULES)]),
+        store,
+        Arc::new(SystemClock),
+        LimiterOptions::default(),
+    )
+    .await;
+    let mut health = HealthClient::new(server.channel().await);
+    let status = |health: &mut HealthClient<tonic::transport::Channel>| {
+        let mut health = health.clone();
+        async move {
+            health
+                .check(HealthCheckRequest {
+                    service: "ratelimit".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+        }
+    };
+    assert_eq!(status(&mut health).await, ServingStatus::NotServing as i32);
+    let err = server
+        .client()
+        .await
+        .should_rate_limit(request("edge", &[&[("user", "x")]]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+
+    // Bring Redis up on the port floodgate keeps retrying.
+    let mut redis = RedisServer::start_on(port);
+    wait_for("health SERVING once redis is up", || {
+        let mut health = health.clone();
+        async move { status(&mut health).await == ServingStatus::Serving as i32 }
+    })
+    .await;
+    let r = ask(
+        &mut server.client().await,
+        request("edge", &[&[("user", "x")]]),
+    )
+    .await;
+    assert_eq!(r.overall_code, OK);
+    redis.stop();
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_cache_answers_known_over_limit_counters_without_redis() {
+    let redis = RedisServer::start();
+    let server = serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions {
+            local_cache_bytes: 1 << 20,
+            ..LimiterOptions::default()
+        },
+    )
+    .await;
+    let mut client = server.client().await;
+    for _ in 0..4 {
+        ask(&mut client, request("edge", &[&[("user", "hot")]])).await;
+    }
+    let before = evalsha_calls(&redis);
+    for _ in 0..10 {
+        let r = ask(&mut client, request("edge", &[&[("user", "hot")]])).await;
+        assert_eq!(
+            (r.overall_code, r.statuses[0].limit_remaining),
+            (OVER_LIMIT, 0)
+        );
+    }
+    assert_eq!(
+        evalsha_calls(&redis),
+        before,
+        "cached over-limit answers reached redis"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_mode_follows_the_master_through_a_failover() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let sentinel_dir = tempfile::tempdir().unwrap();
+    let conf = sentinel_dir.path().join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "sentinel monitor mymaster 127.0.0.1 {} 1\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
+            master.port
+        ),
+    )
+    .unwrap();
+    let sentinel = RedisServer::start_sentinel(&conf);
+    wait_for("replica in sync", || {
+        let info = replica.cli(&["INFO", "replication"]).unwrap_or_default();
+        async move { info.contains("master_link_status:up") }
+    })
+    .await;
+
+    let config = RedisConfig {
+        timeout: Duration::from_millis(500),
+        ..redis_config(RedisMode::Sentinel, format!("mymaster,{}", sentinel.addr()))
+    };
+    let store = StoreKind::Redis {
+        main: RedisStore::new(config),
+        per_second: None,
+    };
+    let server = TestServer::start(
+        index(&[("edge.yaml", RULES)]),
+        store,
+        Arc::new(SystemClock),
+        LimiterOptions::default(),
+    )
+    .await;
+    let client = server.client().await;
+    wait_for("first answer through sentinel", || {
+        let mut client = client.clone();
+        async move {
+            client
+                .should_rate_limit(request("edge", &[&[("hundred", "s")]]))
+                .await
+                .is_ok()
+        }
+    })
+    .await;
+
+    sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]).unwrap();
+    wait_for("replica promoted", || {
+        let info = replica.cli(&["INFO", "replication"]).unwrap_or_default();
+        async move { info.contains("role:master") }
+    })
+    .await;
+    // Writes must reach the new master: its EVALSHA count starts moving.
+    wait_for("answers from the new master", || {
+        let mut client = client.clone();
+        let calls_before = evalsha_calls(&replica);
+        let new_master = replica.port;
+        async move {
+            let ok = client
+                .should_rate_limit(request("edge", &[&[("hundred", "s")]]))
+                .await
+                .is_ok();
+            ok && evalsha_calls_port(new_master) > calls_before
+        }
+    })
+    .await;
+    server.shutdown().await;
+    drop((sentinel, master));
+}
