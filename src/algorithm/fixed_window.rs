@@ -112,6 +112,7 @@ impl FixedWindow {
             counted,
             before: tally.before,
             after: tally.after,
+            limit_index: 0,
         }
     }
 
@@ -133,6 +134,7 @@ impl FixedWindow {
             counted: false,
             before,
             after,
+            limit_index: 0,
         }
     }
 }

@@ -41,16 +41,30 @@ pub enum Algorithm {
     /// Epoch-aligned fixed window (the reference behaviour).
     #[default]
     FixedWindow,
+    /// Sliding window summed from per-bucket counters.
+    SlidingWindow,
+    /// Exact sliding log of hit timestamps.
+    SlidingLog,
+    /// Generic cell rate algorithm (a token bucket with O(1) state).
+    Gcra,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order they are listed in error messages.
-    pub const ALL: [Self; 1] = [Self::FixedWindow];
+    pub const ALL: [Self; 4] = [
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::SlidingLog,
+        Self::Gcra,
+    ];
 
     /// Name as written in rule files.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::FixedWindow => "fixed_window",
+            Self::SlidingWindow => "sliding_window",
+            Self::SlidingLog => "sliding_log",
+            Self::Gcra => "gcra",
         }
     }
 
@@ -75,6 +89,11 @@ pub struct Limit {
     pub unit_multiplier: NonZeroU32,
     /// How hits are counted.
     pub algorithm: Algorithm,
+    /// gcra: hits allowed at once (defaults to `requests_per_unit`).
+    pub burst: Option<u32>,
+    /// sliding_window: count denied hits too (default: only admitted hits
+    /// count, so the window truly slides).
+    pub count_rejected: bool,
 }
 
 impl Limit {
@@ -90,8 +109,9 @@ impl Limit {
 /// What a matched rule says about a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Policy {
-    /// Counted against a limit.
-    Limited(Limit),
+    /// Counted against one limit (`rate_limit`) or several (`rate_limits`,
+    /// all of one algorithm, all enforced); never empty.
+    Limited(Vec<Limit>),
     /// `unlimited: true`: never limited, never counted.
     Unlimited,
 }
@@ -510,11 +530,11 @@ mod tests {
             Lookup::Matched(Match {
                 rule:
                     Rule {
-                        policy: Policy::Limited(limit),
+                        policy: Policy::Limited(limits),
                         ..
                     },
                 ..
-            }) => limit.clone(),
+            }) => limits[0].clone(),
             other => panic!("expected a limited match, got {other:?}"),
         }
     }

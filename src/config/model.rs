@@ -32,8 +32,8 @@ pub(crate) const DESCRIPTOR_KEYS: &[&str] = &[
     "share_threshold",
 ];
 
-/// Keys allowed in a `rate_limit` map. `unit_multiplier` and `algorithm` are
-/// floodgate extensions.
+/// Keys allowed in a `rate_limit` map. `unit_multiplier`, `algorithm`,
+/// `burst` and `count_rejected` are floodgate extensions.
 pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "unit",
     "requests_per_unit",
@@ -42,6 +42,8 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "replaces",
     "unit_multiplier",
     "algorithm",
+    "burst",
+    "count_rejected",
 ];
 
 /// Keys allowed in one `replaces` entry.
@@ -65,7 +67,7 @@ pub(crate) struct Descriptor {
     pub(crate) value: Option<String>,
     /// The limit applied when a request ends at this node.
     pub(crate) rate_limit: Option<RateLimit>,
-    /// Extension: several limits on one node (rejected for now).
+    /// Extension: several limits on one node, all enforced.
     pub(crate) rate_limits: Option<Vec<RateLimit>>,
     /// Child nodes, matched by the next request entry.
     pub(crate) descriptors: Option<Vec<Self>>,
@@ -101,6 +103,10 @@ pub(crate) struct RateLimit {
     pub(crate) unit_multiplier: Option<u32>,
     /// Extension: counting algorithm name.
     pub(crate) algorithm: Option<String>,
+    /// Extension (gcra): hits allowed at once; defaults to `requests_per_unit`.
+    pub(crate) burst: Option<u32>,
+    /// Extension (sliding_window): count denied hits too.
+    pub(crate) count_rejected: Option<bool>,
 }
 
 /// One `replaces` entry.

@@ -23,6 +23,7 @@
 
 use super::index::{Algorithm, DomainIndex, Index, Level, Limit, Node, PathStep, Policy, Rule};
 use super::model::{self, DESCRIPTOR_KEYS, RATE_LIMIT_KEYS, REPLACES_KEYS, ROOT_KEYS};
+use crate::algorithm::MAX_LIMITS;
 use crate::descriptor::Unit;
 use serde_yaml_ng::Value;
 use std::collections::{HashMap, HashSet};
@@ -501,11 +502,8 @@ fn add_descriptors(
                 ),
             );
         }
-        if descriptor.rate_limits.is_some() {
-            check.issue(
-                &here,
-                "`rate_limits` (several limits per descriptor) is not supported yet",
-            );
+        if descriptor.rate_limit.is_some() && descriptor.rate_limits.is_some() {
+            check.issue(&here, "use either rate_limit or rate_limits, not both");
         }
 
         ancestors.push(PathStep {
@@ -514,20 +512,22 @@ fn add_descriptors(
             value_to_metric: descriptor.value_to_metric.unwrap_or(false),
             share_threshold,
         });
-        let rule = descriptor.rate_limit.as_ref().and_then(|rate_limit| {
-            let (policy, replaces) = check_rate_limit(check, rate_limit, &place)?;
-            Some(Rule {
-                full_key: full_key.clone(),
-                policy,
-                replaces,
-                shadow_mode: descriptor.shadow_mode.unwrap_or(false),
-                quota_mode: descriptor.quota_mode.unwrap_or(false),
-                metadata: descriptor.metadata.clone(),
-                domain: check.domain.to_owned(),
-                detailed_metric: descriptor.detailed_metric.unwrap_or(false),
-                value_to_metric: descriptor.value_to_metric.unwrap_or(false),
-                path: ancestors.clone(),
-            })
+        let checked = match (&descriptor.rate_limit, &descriptor.rate_limits) {
+            (Some(rate_limit), None) => check_rate_limit(check, rate_limit, &place, ".rate_limit"),
+            (None, Some(rate_limits)) => check_rate_limits(check, rate_limits, &place),
+            _ => None,
+        };
+        let rule = checked.map(|(policy, replaces)| Rule {
+            full_key: full_key.clone(),
+            policy,
+            replaces,
+            shadow_mode: descriptor.shadow_mode.unwrap_or(false),
+            quota_mode: descriptor.quota_mode.unwrap_or(false),
+            metadata: descriptor.metadata.clone(),
+            domain: check.domain.to_owned(),
+            detailed_metric: descriptor.detailed_metric.unwrap_or(false),
+            value_to_metric: descriptor.value_to_metric.unwrap_or(false),
+            path: ancestors.clone(),
         });
         let mut children = BuildLevel::default();
         add_descriptors(
@@ -553,14 +553,77 @@ fn add_descriptors(
     }
 }
 
-/// Checks one `rate_limit`; `None` when it has a problem (already reported).
+/// Largest `requests_per_unit` of a `sliding_log` limit: the log keeps one
+/// entry per admitted hit, so this bounds its memory.
+const MAX_SLIDING_LOG_LIMIT: u32 = 10_000;
+
+/// Checks a `rate_limits` list: every entry as a `rate_limit`, none
+/// unlimited, all of one algorithm.
+fn check_rate_limits(
+    check: &mut FileCheck<'_>,
+    rate_limits: &[model::RateLimit],
+    place: &Place<'_>,
+) -> Option<(Policy, Vec<Arc<str>>)> {
+    let here = place.render("");
+    if rate_limits.is_empty() {
+        check.issue(&here, "rate_limits must list at least one limit");
+        return None;
+    }
+    if rate_limits.len() > MAX_LIMITS {
+        check.issue(
+            &here,
+            format!(
+                "rate_limits lists {} limits; at most {MAX_LIMITS} are allowed",
+                rate_limits.len()
+            ),
+        );
+        return None;
+    }
+    let mut limits = Vec::with_capacity(rate_limits.len());
+    let mut replaces = Vec::new();
+    let mut ok = true;
+    for (index, rate_limit) in rate_limits.iter().enumerate() {
+        let field = format!(".rate_limits[{index}]");
+        if rate_limit.unlimited.unwrap_or(false) {
+            check.issue(
+                &place.render(&field),
+                "unlimited is not allowed in rate_limits; use rate_limit",
+            );
+            ok = false;
+            continue;
+        }
+        match check_rate_limit(check, rate_limit, place, &field) {
+            Some((Policy::Limited(mut one), more)) => {
+                limits.append(&mut one);
+                replaces.extend(more);
+            }
+            _ => ok = false,
+        }
+    }
+    if ok && limits.iter().any(|l| l.algorithm != limits[0].algorithm) {
+        check.issue(
+            &here,
+            "all rate_limits of a descriptor must use the same algorithm",
+        );
+        ok = false;
+    }
+    ok.then_some((Policy::Limited(limits), replaces))
+}
+
+/// Checks one `rate_limit` (at `field`, e.g. `.rate_limit`); `None` when it
+/// has a problem (already reported).
 fn check_rate_limit(
     check: &mut FileCheck<'_>,
     rate_limit: &model::RateLimit,
     place: &Place<'_>,
+    field: &str,
 ) -> Option<(Policy, Vec<Arc<str>>)> {
     let before = check.issues.len();
-    let here = place.render("");
+    let here = if field == ".rate_limit" {
+        place.render("")
+    } else {
+        place.render(field)
+    };
     let unlimited = rate_limit.unlimited.unwrap_or(false);
     let unit_text = rate_limit.unit.as_deref();
     let unit = unit_text.and_then(Unit::parse);
@@ -611,7 +674,7 @@ fn check_rate_limit(
     let name = rate_limit.name.as_deref();
     let mut replaces = Vec::new();
     for (index, entry) in rate_limit.replaces.iter().flatten().enumerate() {
-        let at = place.render(&format!(".rate_limit.replaces[{index}]"));
+        let at = place.render(&format!("{field}.replaces[{index}]"));
         match entry.name.as_deref() {
             None | Some("") => check.issue(&at, "should not have an empty replaces entry"),
             Some(replaced) if Some(replaced) == name => {
@@ -620,19 +683,46 @@ fn check_rate_limit(
             Some(replaced) => replaces.push(Arc::from(replaced)),
         }
     }
+    if let Some(algorithm) = algorithm {
+        if rate_limit.burst.is_some() && algorithm != Algorithm::Gcra {
+            check.issue(&here, "burst is only valid with algorithm gcra");
+        }
+        if rate_limit.burst == Some(0) {
+            check.issue(&here, "burst must be at least 1");
+        }
+        if rate_limit.count_rejected.is_some() && algorithm != Algorithm::SlidingWindow {
+            check.issue(
+                &here,
+                "count_rejected is only valid with algorithm sliding_window",
+            );
+        }
+        if let Some(limit) = rate_limit.requests_per_unit
+            && algorithm == Algorithm::SlidingLog
+            && limit > MAX_SLIDING_LOG_LIMIT
+        {
+            check.issue(
+                &here,
+                format!(
+                    "sliding_log keeps one entry per hit: requests_per_unit {limit} is over the maximum of {MAX_SLIDING_LOG_LIMIT}; use sliding_window"
+                ),
+            );
+        }
+    }
     if check.issues.len() != before {
         return None;
     }
     let policy = if unlimited {
         Policy::Unlimited
     } else {
-        Policy::Limited(Limit {
+        Policy::Limited(vec![Limit {
             name: name.filter(|name| !name.is_empty()).map(Arc::from),
             requests_per_unit: rate_limit.requests_per_unit?,
             unit: unit?,
             unit_multiplier: unit_multiplier?,
             algorithm: algorithm?,
-        })
+            burst: rate_limit.burst,
+            count_rejected: rate_limit.count_rejected.unwrap_or(false),
+        }])
     };
     Some((policy, replaces))
 }
@@ -817,7 +907,12 @@ mod tests {
         "many_errors",
         "missing_unit",
         "missing_requests_per_unit",
-        "rate_limits_unsupported",
+        "rate_limits_with_rate_limit",
+        "rate_limits_mixed_algorithms",
+        "rate_limits_unlimited",
+        "sliding_log_too_large",
+        "burst_without_gcra",
+        "count_rejected_without_sliding_window",
         "non_string_key",
         "list_of_scalars",
         "type_error",
@@ -918,7 +1013,7 @@ mod tests {
         .unwrap();
         let rule = index.rules().next().unwrap();
         match &rule.policy {
-            Policy::Limited(limit) => assert_eq!(limit.requests_per_unit, 0),
+            Policy::Limited(limits) => assert_eq!(limits[0].requests_per_unit, 0),
             Policy::Unlimited => panic!("unlimited"),
         }
     }
@@ -1054,8 +1149,8 @@ mod tests {
             .rules()
             .map(|rule| {
                 let policy = match &rule.policy {
-                    Policy::Limited(limit) => {
-                        format!("{}/{}", limit.requests_per_unit, limit.unit)
+                    Policy::Limited(limits) => {
+                        format!("{}/{}", limits[0].requests_per_unit, limits[0].unit)
                     }
                     Policy::Unlimited => "unlimited".to_owned(),
                 };
@@ -1063,9 +1158,8 @@ mod tests {
                 if rule.shadow_mode {
                     line.push_str(" shadow");
                 }
-                if let Some(Policy::Limited(Limit {
-                    name: Some(name), ..
-                })) = Some(&rule.policy)
+                if let Policy::Limited(limits) = &rule.policy
+                    && let Some(name) = &limits[0].name
                 {
                     let _ = write!(line, " name={name}");
                 }

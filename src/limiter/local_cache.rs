@@ -1,6 +1,7 @@
-//! The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`): counters known
-//! to be over their limit until their window ends are answered in process,
-//! with no store round trip, as the reference's freecache does.
+//! The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`): fixed-window
+//! counters known to be over their limit until their window ends are
+//! answered in process, with no store round trip, as the reference's
+//! freecache does.
 //!
 //! Bounded by an approximate byte budget; when full, expired entries are
 //! dropped first and new entries are skipped if it is still full, so memory
@@ -41,7 +42,9 @@ impl LocalCache {
 
     /// The over-limit answer for `id` under `spec` at `now`, if cached.
     pub(crate) fn get(&self, id: &CounterId, spec: Spec, now: UnixMillis) -> Option<Outcome> {
-        let Spec::FixedWindow { window, limit } = spec;
+        let Spec::FixedWindow { window, limit } = spec else {
+            return None;
+        };
         let entries = self.entries.lock();
         let windows = entries.map.get(id)?;
         let hit = windows
@@ -58,7 +61,11 @@ impl LocalCache {
     /// Remembers that `id` is over its limit under `spec` until the window
     /// containing `now` ends.
     pub(crate) fn insert(&self, id: &CounterId, spec: Spec, now: UnixMillis) {
-        let Spec::FixedWindow { window, .. } = spec;
+        // Only fixed windows have a known end; other algorithms recover
+        // continuously and are always asked.
+        let Spec::FixedWindow { window, .. } = spec else {
+            return;
+        };
         let ends = window.expires_at(now);
         let mut entries = self.entries.lock();
         let cost = id.as_str().len() + ENTRY_OVERHEAD_BYTES;

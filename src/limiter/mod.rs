@@ -9,13 +9,15 @@
 
 mod local_cache;
 
-use crate::algorithm::{FixedWindow, Outcome, Spec};
+use crate::algorithm::{FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec};
 use crate::clock::Clock;
 use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
 use crate::descriptor::{Descriptor, Request, Unit};
 use crate::store::{Batch, CounterId, Op, Store, StoreError};
 use arc_swap::ArcSwap;
 use local_cache::LocalCache;
+use std::borrow::Cow;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -227,7 +229,9 @@ enum Plan<'a> {
     NoLimit,
     Unlimited,
     Limited {
-        limit: LimitView<'a>,
+        /// The limits to enforce (borrowed from the rules, or one built from
+        /// a request override); never empty.
+        limits: Cow<'a, [Limit]>,
         shadow_mode: bool,
         quota_mode: bool,
         /// Names of limits this one drops from the same request.
@@ -237,56 +241,95 @@ enum Plan<'a> {
     },
 }
 
-/// A limit borrowed from the rules, or built from a request override.
-#[derive(Debug, Clone, Copy)]
-struct LimitView<'a> {
-    name: Option<&'a Arc<str>>,
-    requests_per_unit: u32,
-    unit: Unit,
-    window: FixedWindow,
+/// The store operations a descriptor's limits become, each with the index
+/// of the first limit it covers: sliding windows and logs decide all their
+/// windows in one operation; fixed windows and GCRA have one state per limit.
+fn specs(limits: &[Limit]) -> Vec<(Spec, usize)> {
+    let Some(first) = limits.first() else {
+        return Vec::new();
+    };
+    match first.algorithm {
+        Algorithm::SlidingWindow => {
+            let pairs = limits
+                .iter()
+                .map(|l| (u64::from(l.requests_per_unit), l.window_secs()));
+            let count_rejected = limits.iter().any(|l| l.count_rejected);
+            vec![(
+                Spec::SlidingWindow(SlidingWindow::new(Limits::new(pairs), count_rejected)),
+                0,
+            )]
+        }
+        Algorithm::SlidingLog => {
+            let pairs = limits.iter().map(|l| {
+                (
+                    u64::from(l.requests_per_unit),
+                    l.window_secs().saturating_mul(1_000),
+                )
+            });
+            vec![(Spec::SlidingLog(SlidingLog::new(Limits::new(pairs))), 0)]
+        }
+        Algorithm::FixedWindow | Algorithm::Gcra => limits
+            .iter()
+            .enumerate()
+            .map(|(i, limit)| (single_spec(limit), i))
+            .collect(),
+    }
 }
 
-impl<'a> LimitView<'a> {
-    fn from_rule(limit: &'a Limit) -> Self {
-        let window = match limit.algorithm {
-            Algorithm::FixedWindow => FixedWindow::new(limit.window_secs()),
-        };
-        Self {
-            name: limit.name.as_ref(),
-            requests_per_unit: limit.requests_per_unit,
-            unit: limit.unit,
-            window,
-        }
+/// The operation of one limit on its own.
+fn single_spec(limit: &Limit) -> Spec {
+    let requests = u64::from(limit.requests_per_unit);
+    match limit.algorithm {
+        Algorithm::Gcra => Spec::Gcra(Gcra::new(
+            requests,
+            limit.window_secs().saturating_mul(1_000),
+            limit.burst.map_or(requests, u64::from),
+        )),
+        Algorithm::SlidingWindow => Spec::SlidingWindow(SlidingWindow::new(
+            Limits::new([(requests, limit.window_secs())]),
+            limit.count_rejected,
+        )),
+        Algorithm::SlidingLog => Spec::SlidingLog(SlidingLog::new(Limits::new([(
+            requests,
+            limit.window_secs().saturating_mul(1_000),
+        )]))),
+        Algorithm::FixedWindow => Spec::FixedWindow {
+            window: FixedWindow::new(limit.window_secs()),
+            limit: requests,
+        },
     }
+}
 
-    /// The answer given without the store: a fresh window (`over` false) or
-    /// an exhausted one (`over` true).
-    fn failure_outcome(&self, over: bool) -> Outcome {
-        let limit = u64::from(self.requests_per_unit);
-        Outcome {
-            over_limit: over,
-            remaining: if over { 0 } else { limit },
-            reset: Duration::from_secs(self.window.window_secs()),
-            counted: false,
-            before: 0,
-            after: 0,
-        }
+/// The answer given without the store: a fresh window (`over` false) or an
+/// exhausted one (`over` true).
+fn failure_outcome(limit: &Limit, over: bool) -> Outcome {
+    let requests = u64::from(limit.requests_per_unit);
+    Outcome {
+        over_limit: over,
+        remaining: if over { 0 } else { requests },
+        reset: Duration::from_secs(limit.window_secs()),
+        counted: false,
+        before: 0,
+        after: 0,
+        limit_index: 0,
     }
+}
 
-    fn spec(&self) -> Spec {
-        Spec::FixedWindow {
-            window: self.window,
-            limit: u64::from(self.requests_per_unit),
-        }
+fn current_limit(limit: &Limit) -> CurrentLimit {
+    CurrentLimit {
+        name: limit.name.clone(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: limit.unit,
     }
+}
 
-    fn current_limit(&self) -> CurrentLimit {
-        CurrentLimit {
-            name: self.name.cloned(),
-            requests_per_unit: self.requests_per_unit,
-            unit: self.unit,
-        }
-    }
+/// One store operation of a request: which descriptor it answers for, the
+/// first limit it covers, and its outcome once known.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    plan: usize,
+    base: usize,
+    outcome: Option<Outcome>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -342,27 +385,35 @@ impl<S: Store> Limiter<S> {
         apply_replaces(&mut plans);
 
         let request_hits = u64::from(request.hits_addend.max(1));
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; plans.len()];
+        let mut slots: Vec<Slot> = Vec::with_capacity(plans.len());
         let mut sent: Vec<usize> = Vec::with_capacity(plans.len());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
-            if let Plan::Limited { limit, shared, .. } = plan {
-                let id = counter_id(&request.domain, descriptor, shared);
-                let spec = limit.spec();
+            let Plan::Limited { limits, shared, .. } = plan else {
+                continue;
+            };
+            let id = counter_id(&request.domain, descriptor, shared);
+            for (spec, base) in specs(limits) {
+                let mut slot = Slot {
+                    plan: i,
+                    base,
+                    outcome: None,
+                };
                 if let Some(hit) = self
                     .local_cache
                     .as_ref()
                     .and_then(|c| c.get(&id, spec, now))
                 {
-                    outcomes[i] = Some(hit);
-                    continue;
+                    slot.outcome = Some(hit);
+                } else {
+                    sent.push(slots.len());
+                    batch.ops.push(Op {
+                        id: id.clone(),
+                        spec,
+                        hits: descriptor.hits_addend.unwrap_or(request_hits),
+                    });
                 }
-                sent.push(i);
-                batch.ops.push(Op {
-                    id,
-                    spec,
-                    hits: descriptor.hits_addend.unwrap_or(request_hits),
-                });
+                slots.push(slot);
             }
         }
         if !batch.is_empty() {
@@ -377,19 +428,19 @@ impl<S: Store> Limiter<S> {
             };
             match self.store.execute(batch, now).await {
                 Ok(results) => {
-                    for (&i, outcome) in sent.iter().zip(results) {
-                        outcomes[i] = Some(outcome);
+                    for (&s, outcome) in sent.iter().zip(results) {
+                        slots[s].outcome = Some(outcome);
                     }
                     if let Some(cache) = &self.local_cache {
-                        for (&i, (id, spec)) in sent.iter().zip(&cached_ids) {
-                            if outcomes[i].is_some_and(|o| o.over_limit) {
+                        for (&s, (id, spec)) in sent.iter().zip(&cached_ids) {
+                            if slots[s].outcome.is_some_and(|o| o.over_limit) {
                                 cache.insert(id, *spec, now);
                             }
                         }
                     }
                 }
                 Err(err) => {
-                    let answer = match self.options.failure_mode {
+                    let over = match self.options.failure_mode {
                         FailureMode::Error => return Err(LimitError::Store(err)),
                         FailureMode::Allow => false,
                         FailureMode::Deny => true,
@@ -399,15 +450,16 @@ impl<S: Store> Limiter<S> {
                         rl.failure_mode = ?self.options.failure_mode,
                         "store unavailable; answering by failure mode"
                     );
-                    for &i in &sent {
-                        if let Plan::Limited { limit, .. } = &plans[i] {
-                            outcomes[i] = Some(limit.failure_outcome(answer));
+                    for &s in &sent {
+                        if let Plan::Limited { limits, .. } = &plans[slots[s].plan] {
+                            let limit = &limits[slots[s].base.min(limits.len() - 1)];
+                            slots[s].outcome = Some(failure_outcome(limit, over));
                         }
                     }
                 }
             }
         }
-        Ok(self.respond(&plans, &outcomes))
+        Ok(self.respond(&plans, &slots))
     }
 
     fn validate(&self, request: &Request) -> Result<(), LimitError> {
@@ -455,12 +507,15 @@ impl<S: Store> Limiter<S> {
                 return Plan::NoLimit;
             }
             return Plan::Limited {
-                limit: LimitView {
+                limits: Cow::Owned(vec![Limit {
                     name: None,
                     requests_per_unit: limit_override.requests_per_unit,
                     unit: limit_override.unit,
-                    window: FixedWindow::new(limit_override.unit.seconds()),
-                },
+                    unit_multiplier: NonZeroU32::MIN,
+                    algorithm: Algorithm::FixedWindow,
+                    burst: None,
+                    count_rejected: false,
+                }]),
                 shadow_mode: false,
                 quota_mode: self.options.global_quota_mode,
                 replaces: &[],
@@ -471,8 +526,9 @@ impl<S: Store> Limiter<S> {
             Lookup::UnknownDomain | Lookup::NoMatch => Plan::NoLimit,
             Lookup::Matched(matched) => match &matched.rule.policy {
                 Policy::Unlimited => Plan::Unlimited,
-                Policy::Limited(limit) => Plan::Limited {
-                    limit: LimitView::from_rule(limit),
+                Policy::Limited(limits) if limits.is_empty() => Plan::NoLimit,
+                Policy::Limited(limits) => Plan::Limited {
+                    limits: Cow::Borrowed(limits),
                     shadow_mode: matched.rule.shadow_mode,
                     quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
                     replaces: &matched.rule.replaces,
@@ -482,22 +538,44 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    fn respond(&self, plans: &[Plan<'_>], outcomes: &[Option<Outcome>]) -> Response {
+    fn respond(&self, plans: &[Plan<'_>], slots: &[Slot]) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
         let (mut any_over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
-        for (plan, outcome) in plans.iter().zip(outcomes) {
+        let mut slots = slots.iter().peekable();
+        for (i, plan) in plans.iter().enumerate() {
             let status = match plan {
                 Plan::NoLimit => Status::NO_LIMIT,
                 Plan::Unlimited => Status::UNLIMITED,
                 Plan::Limited {
-                    limit,
+                    limits,
                     shadow_mode,
                     quota_mode,
                     ..
                 } => {
-                    // Every limited plan has an outcome; a missing one would
-                    // be a store bug, answered as a fresh window.
-                    let outcome = outcome.unwrap_or_else(|| limit.failure_outcome(false));
+                    // The descriptor's answer: its first violated limit, else
+                    // the one with the least remaining.
+                    let mut chosen: Option<(usize, Outcome)> = None;
+                    while let Some(slot) = slots.next_if(|s| s.plan == i) {
+                        // Every slot gets an outcome; a missing one would be
+                        // a store bug, answered as a fresh window.
+                        let at = (slot.base + slot.outcome.map_or(0, |o| o.limit_index))
+                            .min(limits.len() - 1);
+                        let outcome = slot
+                            .outcome
+                            .unwrap_or_else(|| failure_outcome(&limits[at], false));
+                        let better = match &chosen {
+                            None => true,
+                            Some((_, best)) if best.over_limit => false,
+                            Some((_, best)) => {
+                                outcome.over_limit || outcome.remaining < best.remaining
+                            }
+                        };
+                        if better {
+                            chosen = Some((at, outcome));
+                        }
+                    }
+                    let (at, outcome) =
+                        chosen.unwrap_or_else(|| (0, failure_outcome(&limits[0], false)));
                     let code = if outcome.over_limit && !shadow_mode {
                         Code::OverLimit
                     } else {
@@ -511,7 +589,7 @@ impl<S: Store> Limiter<S> {
                     }
                     Status {
                         code,
-                        current_limit: Some(limit.current_limit()),
+                        current_limit: Some(current_limit(&limits[at])),
                         limit_remaining: u32::try_from(outcome.remaining).unwrap_or(u32::MAX),
                         duration_until_reset: Some(outcome.reset),
                     }
@@ -540,26 +618,32 @@ impl<S: Store> Limiter<S> {
 }
 
 /// Drops every limit whose name another matched limit of the same request
-/// `replaces` (reference: `constructLimitsToCheck`).
+/// `replaces` (reference: `constructLimitsToCheck`); a descriptor left with
+/// no limit is not limited.
 fn apply_replaces(plans: &mut [Plan<'_>]) {
     // Most requests carry no `replaces` at all; they allocate nothing here.
-    let mut replaced: Vec<&str> = Vec::new();
+    let mut replaced: Vec<Arc<str>> = Vec::new();
     for plan in plans.iter() {
         if let Plan::Limited { replaces, .. } = plan {
-            replaced.extend(replaces.iter().map(|name| &**name));
+            replaced.extend(replaces.iter().cloned());
         }
     }
     if replaced.is_empty() {
         return;
     }
+    let is_replaced = |limit: &Limit| limit.name.as_ref().is_some_and(|n| replaced.contains(n));
     for plan in plans.iter_mut() {
-        let is_replaced = matches!(
-            plan,
-            Plan::Limited { limit: LimitView { name: Some(name), .. }, .. }
-                if replaced.contains(&&***name)
-        );
-        if is_replaced {
+        let Plan::Limited { limits, .. } = plan else {
+            continue;
+        };
+        if !limits.iter().any(is_replaced) {
+            continue;
+        }
+        let kept: Vec<Limit> = limits.iter().filter(|l| !is_replaced(l)).cloned().collect();
+        if kept.is_empty() {
             *plan = Plan::NoLimit;
+        } else {
+            *limits = Cow::Owned(kept);
         }
     }
 }

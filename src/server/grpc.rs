@@ -158,7 +158,9 @@ fn status_to_proto(status: Status) -> DescriptorStatus {
         limit_remaining: status.limit_remaining,
         duration_until_reset: status.duration_until_reset.map(|d| prost_types::Duration {
             seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            nanos: 0,
+            // Sub-second resets (sliding windows, GCRA) keep their precision;
+            // always below 1e9, so the conversion cannot fail.
+            nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
         }),
         quota: None,
     }

@@ -9,6 +9,9 @@
 
 use super::{Batch, CounterId, Op, Store, StoreError};
 use crate::algorithm::fixed_window::{Counter, is_over_limit};
+use crate::algorithm::gcra::Gcra;
+use crate::algorithm::sliding_log::Log;
+use crate::algorithm::sliding_window::Buckets;
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use parking_lot::Mutex;
@@ -20,15 +23,63 @@ use std::sync::Arc;
 /// on keeps contention negligible without wasting memory on empty maps.
 const SHARDS: usize = 64;
 
+/// Which state of a counter identity: each algorithm (and window shape) has
+/// its own, as each has its own Redis key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Fixed { window_secs: u64 },
+    Sliding { bucket_secs: u64 },
+    Log,
+    Gcra { interval_us: u64, burst: u64 },
+}
+
+impl Kind {
+    fn of(spec: &Spec) -> Self {
+        match spec {
+            Spec::FixedWindow { window, .. } => Self::Fixed {
+                window_secs: window.window_secs(),
+            },
+            Spec::SlidingWindow(sw) => Self::Sliding {
+                bucket_secs: sw.bucket_secs(),
+            },
+            Spec::SlidingLog(_) => Self::Log,
+            Spec::Gcra(g) => Self::Gcra {
+                interval_us: g.interval_us(),
+                burst: g.burst(),
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SlotKey {
     id: CounterId,
-    window_secs: u64,
+    kind: Kind,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
+enum State {
+    Fixed(Counter),
+    Sliding(Buckets),
+    Log(Log),
+    /// Theoretical arrival time, µs.
+    Gcra(Option<u64>),
+}
+
+impl State {
+    fn new(spec: &Spec) -> Self {
+        match spec {
+            Spec::FixedWindow { .. } => Self::Fixed(Counter::default()),
+            Spec::SlidingWindow(_) => Self::Sliding(Buckets::default()),
+            Spec::SlidingLog(_) => Self::Log(Log::default()),
+            Spec::Gcra(_) => Self::Gcra(None),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
 struct Slot {
-    counter: Counter,
+    state: State,
     expires_at: UnixMillis,
 }
 
@@ -79,18 +130,19 @@ impl MemoryStore {
             return batch
                 .ops
                 .into_iter()
-                .map(|op| self.apply_one(op.id, op.spec, op.hits, now, false))
+                .map(|op| self.apply_one(op.id, &op.spec, op.hits, now, false))
                 .collect();
         }
         let mut outcomes: Vec<Outcome> = batch
             .ops
             .iter()
-            .map(|op| self.apply_one(op.id.clone(), op.spec, op.hits, now, true))
+            .map(|op| self.apply_one(op.id.clone(), &op.spec, op.hits, now, true))
             .collect();
-        if outcomes.iter().any(|o| !o.counted) {
+        if outcomes.iter().any(|o| o.over_limit) {
             for (op, outcome) in batch.ops.into_iter().zip(&mut outcomes) {
                 if outcome.counted && op.hits > 0 {
-                    *outcome = self.take_back(op, outcome.before, now);
+                    self.take_back(&op, now);
+                    *outcome = super::taken_back(&op, *outcome, now);
                 }
             }
         }
@@ -100,45 +152,103 @@ impl MemoryStore {
     fn apply_one(
         &self,
         id: CounterId,
-        spec: Spec,
+        spec: &Spec,
         hits: u64,
         now: UnixMillis,
         refuse_over: bool,
     ) -> Outcome {
-        let Spec::FixedWindow { window, limit } = spec;
         let key = SlotKey {
             id,
-            window_secs: window.window_secs(),
+            kind: Kind::of(spec),
         };
         let mut shard = self.shard(&key).lock();
-        let slot = shard.entry(key).or_insert(Slot {
-            counter: Counter::default(),
+        let slot = shard.entry(key).or_insert_with(|| Slot {
+            state: State::new(spec),
             expires_at: now,
         });
-        if refuse_over && hits > 0 {
-            let before = window.current(&slot.counter, now);
-            if is_over_limit(before.saturating_add(hits), limit) {
-                return window.refused(before, hits, limit, now);
+        match (spec, &mut slot.state) {
+            (Spec::FixedWindow { window, limit }, State::Fixed(counter)) => {
+                if refuse_over && hits > 0 {
+                    let before = window.current(counter, now);
+                    if is_over_limit(before.saturating_add(hits), *limit) {
+                        return window.refused(before, hits, *limit, now);
+                    }
+                }
+                let tally = window.apply(counter, now, hits);
+                slot.expires_at = window.expires_at(now);
+                window.outcome(tally, *limit, now, true)
+            }
+            (Spec::SlidingWindow(sw), State::Sliding(buckets)) => {
+                let counts = buckets.counts(sw, now);
+                let admitted = sw.admits(&counts, hits);
+                let counted = sw.counts_hits(admitted, hits) && (admitted || !refuse_over);
+                if counted {
+                    buckets.add(sw, now, hits);
+                    slot.expires_at =
+                        now.saturating_add(std::time::Duration::from_secs(sw.ttl_secs()));
+                }
+                sw.outcome(&counts, hits, counted, now)
+            }
+            (Spec::SlidingLog(sl), State::Log(log)) => {
+                let outcome = log.apply(sl, now, hits);
+                if outcome.counted {
+                    slot.expires_at =
+                        now.saturating_add(std::time::Duration::from_millis(sl.longest_ms()));
+                }
+                outcome
+            }
+            (Spec::Gcra(gcra), State::Gcra(tat)) => {
+                let (new_tat, outcome) = gcra.decide(*tat, now, hits);
+                if let Some(new_tat) = new_tat {
+                    *tat = Some(new_tat);
+                    slot.expires_at = now.saturating_add(std::time::Duration::from_millis(
+                        Gcra::ttl_ms(new_tat, now),
+                    ));
+                }
+                outcome
+            }
+            // The slot kind is derived from the spec, so the state always
+            // matches; answer "nothing known" rather than panic.
+            (spec, state) => {
+                *state = State::new(spec);
+                Outcome {
+                    over_limit: false,
+                    remaining: 0,
+                    reset: std::time::Duration::ZERO,
+                    counted: false,
+                    before: 0,
+                    after: 0,
+                    limit_index: 0,
+                }
             }
         }
-        let tally = window.apply(&mut slot.counter, now, hits);
-        slot.expires_at = window.expires_at(now);
-        window.outcome(tally, limit, now, true)
     }
 
     /// Undoes a counted operation of a batch that is being refused.
-    fn take_back(&self, op: Op, before: u64, now: UnixMillis) -> Outcome {
-        let Spec::FixedWindow { window, limit } = op.spec;
+    fn take_back(&self, op: &Op, now: UnixMillis) {
         let key = SlotKey {
-            id: op.id,
-            window_secs: window.window_secs(),
+            id: op.id.clone(),
+            kind: Kind::of(&op.spec),
         };
-        if let Some(slot) = self.shard(&key).lock().get_mut(&key)
-            && slot.counter.window_start_secs == window.window_start(now)
-        {
-            slot.counter.count = slot.counter.count.saturating_sub(op.hits);
+        let mut shard = self.shard(&key).lock();
+        let Some(slot) = shard.get_mut(&key) else {
+            return;
+        };
+        match (&op.spec, &mut slot.state) {
+            (Spec::FixedWindow { window, .. }, State::Fixed(counter))
+                if counter.window_start_secs == window.window_start(now) =>
+            {
+                counter.count = counter.count.saturating_sub(op.hits);
+            }
+            (Spec::SlidingWindow(sw), State::Sliding(buckets)) => {
+                buckets.take_back(sw, now, op.hits)
+            }
+            (Spec::SlidingLog(_), State::Log(log)) => log.take_back(now, op.hits),
+            (Spec::Gcra(gcra), State::Gcra(Some(tat))) => {
+                *tat = tat.saturating_sub(op.hits.saturating_mul(gcra.interval_us()));
+            }
+            _ => {}
         }
-        window.refused(before, op.hits, limit, now)
     }
 
     /// Removes every counter whose window ended at or before `now`; returns

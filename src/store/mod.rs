@@ -54,6 +54,19 @@ impl Batch {
     }
 }
 
+/// The answer for an operation whose hits were taken back: as if refused.
+pub(crate) fn taken_back(op: &Op, outcome: Outcome, now: UnixMillis) -> Outcome {
+    match op.spec {
+        Spec::FixedWindow { window, limit } => window.refused(outcome.before, op.hits, limit, now),
+        _ => Outcome {
+            counted: false,
+            remaining: outcome.remaining.saturating_add(op.hits),
+            after: outcome.before,
+            ..outcome
+        },
+    }
+}
+
 /// Why a store could not execute a batch.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

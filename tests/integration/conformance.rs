@@ -36,6 +36,25 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 15}
   - key: key5
     rate_limit: {unit: hour, requests_per_unit: 14}
+  - key: burst_sustained
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000, algorithm: sliding_window}
+      - {unit: second, unit_multiplier: 10, requests_per_unit: 5000, algorithm: sliding_window}
+      - {unit: second, unit_multiplier: 15, requests_per_unit: 7000, algorithm: sliding_window}
+  - key: edge_fixed_window
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: edge_sliding_window
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_window}
+  - key: edge_sliding_log
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_log}
+  - key: edge_gcra
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: gcra}
+  - key: gcra_burst
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra, burst: 3}
+  - key: log_exact
+    rate_limits:
+      - {unit: second, requests_per_unit: 2, algorithm: sliding_log}
+      - {unit: minute, requests_per_unit: 5, algorithm: sliding_log}
 ";
 
 /// 40 s into a minute.
@@ -272,6 +291,212 @@ pub(crate) async fn hostile_values_never_collide(backend: Backend) {
     }
 }
 
+pub(crate) async fn burst_then_sustained_sliding_windows(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    // A burst of 1000 in one second passes; the 1001st is denied by 1000/1 s.
+    for _ in 0..10 {
+        assert_eq!(
+            ask(&l, &[("burst_sustained", "a", Some(100))])
+                .await
+                .overall_code,
+            Code::Ok
+        );
+    }
+    let r = ask(&l, &[("burst_sustained", "a", Some(1))]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        1_000
+    );
+    assert_eq!(
+        r.statuses[0].duration_until_reset,
+        Some(Duration::from_secs(1))
+    );
+    // Sustained 600/s: the 10 s window (5000) cuts in before 10 s pass.
+    let mut cut = None;
+    for second in 0..10u64 {
+        clock.set(UnixMillis::from_secs(T0 + 100 + second));
+        for _ in 0..6 {
+            let r = ask(&l, &[("burst_sustained", "b", Some(100))]).await;
+            if r.overall_code == Code::OverLimit && cut.is_none() {
+                let limit = r.statuses[0]
+                    .current_limit
+                    .as_ref()
+                    .unwrap()
+                    .requests_per_unit;
+                cut = Some((second, limit));
+            }
+        }
+    }
+    assert_eq!(cut, Some((8, 5_000)));
+}
+
+/// A fixed window admits twice its limit across a window edge; the sliding
+/// algorithms and GCRA do not.
+pub(crate) async fn boundary_burst(backend: Backend) {
+    let minute_end = T0 - T0 % 60 + 60;
+    let clock = ManualClock::new(UnixMillis::from_secs(minute_end - 1));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    let mut admitted = Vec::new();
+    for key in [
+        "edge_fixed_window",
+        "edge_sliding_window",
+        "edge_sliding_log",
+        "edge_gcra",
+    ] {
+        clock.set(UnixMillis::from_secs(minute_end - 1));
+        let mut ok = 0;
+        for _ in 0..20 {
+            ok += usize::from(ask(&l, &[(key, "x", None)]).await.overall_code == Code::Ok);
+        }
+        clock.set(UnixMillis::from_secs(minute_end));
+        for _ in 0..20 {
+            ok += usize::from(ask(&l, &[(key, "x", None)]).await.overall_code == Code::Ok);
+        }
+        admitted.push((key, ok));
+    }
+    assert_eq!(
+        admitted,
+        vec![
+            ("edge_fixed_window", 20),
+            ("edge_sliding_window", 10),
+            ("edge_sliding_log", 10),
+            ("edge_gcra", 10),
+        ]
+    );
+}
+
+pub(crate) async fn gcra_burst_then_rate(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    // 10/s with burst 3: 3 at once, then one every 100 ms.
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        seen.extend(codes(&ask(&l, &[("gcra_burst", "x", None)]).await));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (Code::Ok, 2),
+            (Code::Ok, 1),
+            (Code::Ok, 0),
+            (Code::OverLimit, 0)
+        ]
+    );
+    let r = ask(&l, &[("gcra_burst", "x", None)]).await;
+    assert_eq!(
+        r.statuses[0].duration_until_reset,
+        Some(Duration::from_millis(100))
+    );
+    clock.advance(Duration::from_millis(99));
+    assert_eq!(
+        ask(&l, &[("gcra_burst", "x", None)]).await.overall_code,
+        Code::OverLimit
+    );
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        codes(&ask(&l, &[("gcra_burst", "x", None)]).await),
+        vec![(Code::Ok, 0)]
+    );
+}
+
+pub(crate) async fn sliding_log_is_exact(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis(T0 * 1_000 + 250));
+    let l = limiter(&backend, &clock, LimiterOptions::default());
+    assert_eq!(
+        codes(&ask(&l, &[("log_exact", "x", None)]).await),
+        vec![(Code::Ok, 1)]
+    );
+    clock.advance(Duration::from_millis(400));
+    assert_eq!(
+        codes(&ask(&l, &[("log_exact", "x", None)]).await),
+        vec![(Code::Ok, 0)]
+    );
+    let r = ask(&l, &[("log_exact", "x", None)]).await;
+    assert_eq!(codes(&r), vec![(Code::OverLimit, 0)]);
+    // The first hit leaves the 1 s window 600 ms from now.
+    assert_eq!(
+        r.statuses[0].duration_until_reset,
+        Some(Duration::from_millis(600))
+    );
+    clock.advance(Duration::from_millis(599));
+    assert_eq!(
+        ask(&l, &[("log_exact", "x", None)]).await.overall_code,
+        Code::OverLimit
+    );
+    clock.advance(Duration::from_millis(1));
+    let r = ask(&l, &[("log_exact", "x", None)]).await;
+    assert_eq!(r.overall_code, Code::Ok);
+    // The 1 s window (2 of 2 used) has less left than the minute (3 of 5).
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        2
+    );
+    // Minute limit: two more seconds, two more hits, then the 5/min cuts.
+    clock.advance(Duration::from_secs(2));
+    ask(&l, &[("log_exact", "x", None)]).await;
+    clock.advance(Duration::from_secs(2));
+    let r = ask(&l, &[("log_exact", "x", None)]).await;
+    assert_eq!(r.overall_code, Code::Ok);
+    clock.advance(Duration::from_secs(2));
+    let r = ask(&l, &[("log_exact", "x", None)]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        5
+    );
+}
+
+/// Random sequences of (advance, hits) on every algorithm give identical
+/// statuses from the embedded store and from `backend`.
+pub(crate) async fn same_answers_as_the_embedded_store(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let reference = memory().await;
+    let redis = limiter(&backend, &clock, LimiterOptions::default());
+    let embedded = limiter(&reference, &clock, LimiterOptions::default());
+    let keys = [
+        "user",
+        "edge_sliding_window",
+        "edge_sliding_log",
+        "edge_gcra",
+        "gcra_burst",
+        "log_exact",
+        "burst_sustained",
+    ];
+    // A fixed-seed xorshift: the same sequence every run.
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut next = move |bound: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % bound
+    };
+    for step in 0..300 {
+        clock.advance(Duration::from_millis(next(1_500)));
+        let key = keys[usize::try_from(next(7)).unwrap()];
+        let hits = next(4);
+        let value = format!("v{}", next(3));
+        let descriptors = [(key, value.as_str(), Some(hits))];
+        let a = ask(&embedded, &descriptors).await;
+        let b = ask(&redis, &descriptors).await;
+        assert_eq!(a, b, "step {step}: {key}={value} hits {hits}");
+    }
+}
+
 macro_rules! conformance {
     ($($scenario:ident),* $(,)?) => {
         mod memory {
@@ -302,4 +527,20 @@ conformance!(
     stop_increment_reference_vector,
     concurrent_calls_admit_exactly_the_limit,
     hostile_values_never_collide,
+    burst_then_sustained_sliding_windows,
+    boundary_burst,
+    gcra_burst_then_rate,
+    sliding_log_is_exact,
 );
+
+mod differential {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_standalone() {
+        super::same_answers_as_the_embedded_store(super::standalone().await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_cluster() {
+        super::same_answers_as_the_embedded_store(super::cluster().await).await;
+    }
+}

@@ -23,6 +23,11 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100}
   - key: five
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: api
+    rate_limits:
+      - {unit: second, requests_per_unit: 1000, algorithm: sliding_window}
+      - {unit: second, unit_multiplier: 10, requests_per_unit: 5000, algorithm: sliding_window}
+      - {unit: second, unit_multiplier: 15, requests_per_unit: 7000, algorithm: sliding_window}
   - key: tenant
     descriptors:
       - key: user
@@ -112,6 +117,41 @@ async fn one_script_call_per_descriptor_and_none_for_unlimited_requests() {
     assert_eq!(evalsha_calls(&redis) - before, 3);
     ask(&mut client, request("edge", &[&[("nomatch", "x")]])).await;
     assert_eq!(evalsha_calls(&redis) - before, 3);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_windows_are_one_script_call_over_per_second_buckets() {
+    let redis = RedisServer::start();
+    let server = serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    let before = evalsha_calls(&redis);
+    for _ in 0..5 {
+        let r = ask(&mut client, request("edge", &[&[("api", "k1")]])).await;
+        assert_eq!(r.overall_code, OK);
+    }
+    assert_eq!(
+        evalsha_calls(&redis) - before,
+        5,
+        "one script call per request"
+    );
+    let keys = redis.cli(&["--raw", "KEYS", "*"]).unwrap();
+    let keys: Vec<&str> = keys.lines().collect();
+    assert_eq!(keys, vec![format!("{{edge|api=k1}}s1:{T0}").as_str()]);
+    let ttl: u64 = redis
+        .cli(&["TTL", keys[0]])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (14..=16).contains(&ttl),
+        "bucket expiry covers the longest window: {ttl}"
+    );
     server.shutdown().await;
 }
 

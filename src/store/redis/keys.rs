@@ -5,6 +5,9 @@
 //! ```text
 //! key    = prefix "{" identity "}" suffix
 //! suffix = "f" window_secs ":" window_start_secs      ; fixed window
+//!        | "s" bucket_secs ":" bucket_start_secs      ; sliding window bucket
+//!        | "l"                                        ; sliding log (sorted set)
+//!        | "g" interval_us ":" burst                  ; gcra TAT
 //! ```
 //!
 //! `prefix` is `CACHE_KEY_PREFIX`, verbatim. `identity` is the escaped
@@ -30,15 +33,42 @@ impl Keys {
         }
     }
 
-    /// The counter of the fixed window of `window_secs` starting at `start_secs`.
-    pub(crate) fn fixed_window(&self, id: &CounterId, window_secs: u64, start_secs: u64) -> String {
+    fn tagged(&self, id: &CounterId) -> String {
         let mut key = String::with_capacity(self.prefix.len() + id.as_str().len() + 32);
         key.push_str(&self.prefix);
         key.push('{');
         key.push_str(id.as_str());
         key.push('}');
+        key
+    }
+
+    /// The counter of the fixed window of `window_secs` starting at `start_secs`.
+    pub(crate) fn fixed_window(&self, id: &CounterId, window_secs: u64, start_secs: u64) -> String {
+        let mut key = self.tagged(id);
         // Infallible: writing to a String cannot fail.
         let _ = write!(key, "f{window_secs}:{start_secs}");
+        key
+    }
+
+    /// The prefix of every bucket key of a sliding window with buckets of
+    /// `bucket_secs`; a bucket's key is this followed by its start.
+    pub(crate) fn sliding_base(&self, id: &CounterId, bucket_secs: u64) -> String {
+        let mut key = self.tagged(id);
+        let _ = write!(key, "s{bucket_secs}:");
+        key
+    }
+
+    /// The sorted set of a sliding log.
+    pub(crate) fn sliding_log(&self, id: &CounterId) -> String {
+        let mut key = self.tagged(id);
+        key.push('l');
+        key
+    }
+
+    /// The theoretical arrival time of a GCRA limit.
+    pub(crate) fn gcra(&self, id: &CounterId, interval_us: u64, burst: u64) -> String {
+        let mut key = self.tagged(id);
+        let _ = write!(key, "g{interval_us}:{burst}");
         key
     }
 }
@@ -60,6 +90,15 @@ mod tests {
             prefixed.fixed_window(&id, 1, 1_234),
             "prefix:{edge|user=alice}f1:1234"
         );
+    }
+
+    #[test]
+    fn every_algorithm_shares_the_descriptor_hash_tag() {
+        let keys = Keys::new("p:");
+        let id = CounterId::new("d", [("k", "v")]);
+        assert_eq!(keys.sliding_base(&id, 1), "p:{d|k=v}s1:");
+        assert_eq!(keys.sliding_log(&id), "p:{d|k=v}l");
+        assert_eq!(keys.gcra(&id, 100_000, 5), "p:{d|k=v}g100000:5");
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod scripts;
 
 use super::{Batch, Op, Store, StoreError};
 use crate::algorithm::fixed_window::Tally;
+use crate::algorithm::sliding_log::WindowProbe;
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
@@ -275,67 +276,121 @@ impl RedisStore {
         window_secs.saturating_add(jitter)
     }
 
+    /// A value unique to this call, for sliding-log members.
+    fn nonce(&self) -> u64 {
+        let n = self.inner.jitter_counter.fetch_add(1, Ordering::Relaxed);
+        self.inner.jitter_seed.hash_one((n, "nonce"))
+    }
+
+    /// The script call for one operation.
+    fn call(&self, op: &Op, now: UnixMillis, refuse_over: bool) -> Call {
+        let keys = &self.inner.keys;
+        let now_us = now.0.saturating_mul(1_000);
+        let hits = op.hits.to_string();
+        match op.spec {
+            Spec::FixedWindow { window, limit } => Call {
+                script: &scripts::FIXED_WINDOW,
+                key: keys.fixed_window(&op.id, window.window_secs(), window.window_start(now)),
+                args: vec![
+                    hits,
+                    self.ttl_secs(window.window_secs()).to_string(),
+                    limit.to_string(),
+                    if refuse_over { "1" } else { "0" }.to_owned(),
+                ],
+                undo: Undo::Decrement(op.hits),
+            },
+            Spec::SlidingWindow(sw) => {
+                let base = keys.sliding_base(&op.id, sw.bucket_secs());
+                let start = sw.bucket_start(now);
+                let mut args = vec![
+                    hits,
+                    base.clone(),
+                    start.to_string(),
+                    sw.bucket_secs().to_string(),
+                    sw.buckets().to_string(),
+                    sw.ttl_secs().to_string(),
+                    if sw.count_rejected() && !refuse_over {
+                        "1"
+                    } else {
+                        "0"
+                    }
+                    .to_owned(),
+                ];
+                for &(limit, window_secs) in sw.limits() {
+                    args.push(limit.to_string());
+                    args.push(window_secs.div_ceil(sw.bucket_secs()).max(1).to_string());
+                }
+                Call {
+                    script: &scripts::SLIDING_WINDOW,
+                    key: format!("{base}{start}"),
+                    args,
+                    undo: Undo::Decrement(op.hits),
+                }
+            }
+            Spec::SlidingLog(sl) => {
+                let prefix = format!("{now_us}:{:x}:", self.nonce());
+                let trim = now_us.saturating_sub(sl.longest_ms().saturating_mul(1_000));
+                let mut args = vec![
+                    hits,
+                    now_us.to_string(),
+                    sl.longest_ms().max(1).to_string(),
+                    trim.to_string(),
+                    prefix.clone(),
+                ];
+                for &(limit, window_ms) in sl.limits() {
+                    args.push(limit.to_string());
+                    args.push(format!(
+                        "({}",
+                        now_us.saturating_sub(window_ms.saturating_mul(1_000))
+                    ));
+                }
+                Call {
+                    script: &scripts::SLIDING_LOG,
+                    key: keys.sliding_log(&op.id),
+                    args,
+                    undo: Undo::Members((1..=op.hits).map(|k| format!("{prefix}{k}")).collect()),
+                }
+            }
+            Spec::Gcra(gcra) => Call {
+                script: &scripts::GCRA,
+                key: keys.gcra(&op.id, gcra.interval_us(), gcra.burst()),
+                args: vec![
+                    now_us.to_string(),
+                    gcra.interval_us().to_string(),
+                    gcra.capacity_us().to_string(),
+                    hits,
+                    u64::from(!gcra.denies_all()).to_string(),
+                ],
+                undo: Undo::Decrement(op.hits.saturating_mul(gcra.interval_us())),
+            },
+        }
+    }
+
     async fn run(
         &self,
         connection: &Connection,
         batch: Batch,
         now: UnixMillis,
     ) -> RedisResult<Vec<Outcome>> {
-        let refuse = if batch.stop_when_over { "1" } else { "0" };
-        let calls: Vec<(String, [u64; 3])> = batch
+        let calls: Vec<Call> = batch
             .ops
             .iter()
-            .map(|op| {
-                let Spec::FixedWindow { window, limit } = op.spec;
-                let key = self.inner.keys.fixed_window(
-                    &op.id,
-                    window.window_secs(),
-                    window.window_start(now),
-                );
-                (key, [op.hits, self.ttl_secs(window.window_secs()), limit])
-            })
+            .map(|op| self.call(op, now, batch.stop_when_over))
             .collect();
-        let replies: Vec<(u64, u64, u64)> = match connection {
-            Connection::Pool(pool) => {
-                let mut pipe = redis::pipe();
-                for (key, [hits, ttl, limit]) in &calls {
-                    pipe.add_command(eval_cmd(
-                        &scripts::FIXED_WINDOW,
-                        key,
-                        &[
-                            &hits.to_string(),
-                            &ttl.to_string(),
-                            &limit.to_string(),
-                            refuse,
-                        ],
-                    ));
-                }
-                query_pipeline(&mut pool.pick(), &pipe).await?
-            }
-            Connection::Cluster(cluster) => {
-                let calls = calls.iter().map(|(key, [hits, ttl, limit])| {
-                    let mut conn = cluster.clone();
-                    async move {
-                        scripts::FIXED_WINDOW
-                            .key(key)
-                            .arg(*hits)
-                            .arg(*ttl)
-                            .arg(*limit)
-                            .arg(refuse)
-                            .invoke_async::<(u64, u64, u64)>(&mut conn)
-                            .await
-                    }
-                });
-                futures_util::future::try_join_all(calls).await?
-            }
-        };
+        let replies = execute(
+            connection,
+            calls
+                .iter()
+                .map(|c| (c.script, c.key.as_str(), &c.args[..])),
+        )
+        .await?;
         let mut outcomes: Vec<Outcome> = batch
             .ops
             .iter()
             .zip(&replies)
-            .map(|(op, &(before, after, counted))| outcome(op, before, after, counted == 1, now))
+            .map(|(op, reply)| outcome(op, reply, now))
             .collect();
-        if batch.stop_when_over && outcomes.iter().any(|o| !o.counted) {
+        if batch.stop_when_over && outcomes.iter().any(|o| o.over_limit) {
             self.take_back(connection, &batch.ops, &calls, &mut outcomes, now)
                 .await?;
         }
@@ -347,7 +402,7 @@ impl RedisStore {
         &self,
         connection: &Connection,
         ops: &[Op],
-        calls: &[(String, [u64; 3])],
+        calls: &[Call],
         outcomes: &mut [Outcome],
         now: UnixMillis,
     ) -> RedisResult<()> {
@@ -357,57 +412,138 @@ impl RedisStore {
         if undo.is_empty() {
             return Ok(());
         }
-        match connection {
-            Connection::Pool(pool) => {
-                let mut pipe = redis::pipe();
-                for &i in &undo {
-                    pipe.add_command(eval_cmd(
-                        &scripts::TAKE_BACK,
-                        &calls[i].0,
-                        &[&ops[i].hits.to_string()],
-                    ));
-                }
-                let _: Vec<i64> = query_pipeline(&mut pool.pick(), &pipe).await?;
-            }
-            Connection::Cluster(cluster) => {
-                let calls = undo.iter().map(|&i| {
-                    let mut conn = cluster.clone();
-                    let key = &calls[i].0;
-                    let hits = ops[i].hits;
-                    async move {
-                        scripts::TAKE_BACK
-                            .key(key)
-                            .arg(hits)
-                            .invoke_async::<i64>(&mut conn)
-                            .await
+        let commands: Vec<(&'static redis::Script, &str, Vec<String>)> = undo
+            .iter()
+            .map(|&i| {
+                let call = &calls[i];
+                match &call.undo {
+                    Undo::Decrement(amount) => (
+                        &*scripts::TAKE_BACK,
+                        call.key.as_str(),
+                        vec![amount.to_string()],
+                    ),
+                    Undo::Members(members) => {
+                        (&*scripts::TAKE_BACK_LOG, call.key.as_str(), members.clone())
                     }
-                });
-                futures_util::future::try_join_all(calls).await?;
-            }
-        }
+                }
+            })
+            .collect();
+        execute(
+            connection,
+            commands.iter().map(|(s, k, a)| (*s, *k, &a[..])),
+        )
+        .await?;
         for &i in &undo {
-            let Spec::FixedWindow { window, limit } = ops[i].spec;
-            outcomes[i] = window.refused(outcomes[i].before, ops[i].hits, limit, now);
+            outcomes[i] = super::taken_back(&ops[i], outcomes[i], now);
         }
         Ok(())
     }
 }
 
-fn outcome(op: &Op, before: u64, after: u64, counted: bool, now: UnixMillis) -> Outcome {
-    let Spec::FixedWindow { window, limit } = op.spec;
-    if counted {
-        window.outcome(Tally { before, after }, limit, now, true)
-    } else {
-        window.refused(before, op.hits, limit, now)
+/// Runs script calls `(script, key, args)` in one round trip: one pipeline
+/// on a standalone or Sentinel connection; concurrent calls on a Cluster
+/// (each routed to its key's node, pipelined per node by the client).
+async fn execute<'a>(
+    connection: &Connection,
+    calls: impl Iterator<Item = (&'static redis::Script, &'a str, &'a [String])>,
+) -> RedisResult<Vec<Vec<i64>>> {
+    match connection {
+        Connection::Pool(pool) => {
+            let mut pipe = redis::pipe();
+            for (script, key, args) in calls {
+                pipe.add_command(eval_cmd(script, key, args));
+            }
+            let values: Vec<redis::Value> = query_pipeline(&mut pool.pick(), &pipe).await?;
+            Ok(values.iter().map(integers).collect())
+        }
+        Connection::Cluster(cluster) => {
+            let calls = calls.map(|(script, key, args)| {
+                let mut conn = cluster.clone();
+                async move {
+                    let mut invocation = script.key(key);
+                    for arg in args {
+                        invocation.arg(arg);
+                    }
+                    invocation.invoke_async::<redis::Value>(&mut conn).await
+                }
+            });
+            let values = futures_util::future::try_join_all(calls).await?;
+            Ok(values.iter().map(integers).collect())
+        }
+    }
+}
+
+/// A script reply as integers: an integer, or an array of them.
+fn integers(value: &redis::Value) -> Vec<i64> {
+    match value {
+        redis::Value::Int(n) => vec![*n],
+        redis::Value::Array(items) => items.iter().flat_map(integers).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One script call of a batch, and how to undo it.
+#[derive(Debug)]
+struct Call {
+    script: &'static redis::Script,
+    key: String,
+    args: Vec<String>,
+    undo: Undo,
+}
+
+#[derive(Debug)]
+enum Undo {
+    /// DECRBY the key (counters, buckets, TATs).
+    Decrement(u64),
+    /// ZREM these members (sliding log).
+    Members(Vec<String>),
+}
+
+/// Reads a script reply: the same pure functions as the memory store turn
+/// the state Redis saw into the answer.
+fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> Outcome {
+    let at = |i: usize| reply.get(i).copied().unwrap_or(0);
+    let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
+    match op.spec {
+        Spec::FixedWindow { window, limit } => {
+            let (before, after) = (unsigned(at(0)), unsigned(at(1)));
+            if at(2) == 1 {
+                window.outcome(Tally { before, after }, limit, now, true)
+            } else {
+                window.refused(before, op.hits, limit, now)
+            }
+        }
+        Spec::SlidingWindow(sw) => {
+            let counts: Vec<u64> = reply.iter().skip(1).map(|&v| unsigned(v)).collect();
+            sw.outcome(&counts, op.hits, at(0) == 1, now)
+        }
+        Spec::SlidingLog(sl) => {
+            let probes: Vec<WindowProbe> = reply
+                .get(1..)
+                .unwrap_or_default()
+                .chunks(2)
+                .map(|pair| WindowProbe {
+                    count: unsigned(pair[0]),
+                    at_us: pair.get(1).and_then(|&v| u64::try_from(v).ok()),
+                })
+                .collect();
+            sl.outcome(&probes, op.hits, at(0) == 1, now)
+        }
+        Spec::Gcra(gcra) => {
+            let stored = u64::try_from(at(1)).ok();
+            let (_, mut outcome) = gcra.decide(stored, now, op.hits);
+            outcome.counted = at(0) == 1;
+            outcome
+        }
     }
 }
 
 /// An EVALSHA command for `script` on `key` with `args`.
-fn eval_cmd(script: &redis::Script, key: &str, args: &[&str]) -> redis::Cmd {
+fn eval_cmd(script: &redis::Script, key: &str, args: &[String]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(1).arg(key);
     for arg in args {
-        cmd.arg(*arg);
+        cmd.arg(arg.as_str());
     }
     cmd
 }
@@ -632,12 +768,12 @@ mod tests {
             },
             hits: 2,
         };
-        let o = outcome(&op, 3, 5, true, now);
+        let o = outcome(&op, &[3, 5, 1], now);
         assert_eq!(
             (o.over_limit, o.remaining, o.reset.as_secs()),
             (false, 0, 30)
         );
-        let o = outcome(&op, 4, 6, false, now);
+        let o = outcome(&op, &[4, 6, 0], now);
         assert!(o.over_limit && !o.counted);
         assert!(is_over_limit(o.after, 5));
     }
