@@ -21,6 +21,7 @@ pub mod clock;
 pub mod config;
 pub mod descriptor;
 pub mod limiter;
+pub mod metrics;
 pub mod server;
 pub mod store;
 

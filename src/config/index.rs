@@ -185,7 +185,7 @@ pub struct Match<'a> {
     pub shared: Vec<(usize, &'a str)>,
 }
 
-impl Match<'_> {
+impl<'a> Match<'a> {
     /// The pattern shared at entry `index`, if any.
     fn shared_at(&self, index: usize) -> Option<&str> {
         self.shared
@@ -205,6 +205,21 @@ impl Match<'_> {
     ///   `value_to_metric`, the runtime value replaces the config text; a
     ///   shared wildcard always stays its pattern.
     pub fn stats_key(&self, entries: &[Entry]) -> String {
+        self.stats_key_cow(entries).into_owned()
+    }
+
+    /// [`Match::stats_key`] without allocating when the key is the rule's
+    /// configured path (no `detailed_metric`, no `value_to_metric`), the
+    /// common case on the request path.
+    pub fn stats_key_cow(&self, entries: &[Entry]) -> std::borrow::Cow<'a, str> {
+        let rule = self.rule;
+        if !rule.detailed_metric && !rule.path.iter().any(|step| step.value_to_metric) {
+            return std::borrow::Cow::Borrowed(&rule.full_key);
+        }
+        std::borrow::Cow::Owned(self.runtime_stats_key(entries))
+    }
+
+    fn runtime_stats_key(&self, entries: &[Entry]) -> String {
         let rule = self.rule;
         let mut key = rule.domain.clone();
         if rule.detailed_metric {

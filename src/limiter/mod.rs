@@ -13,6 +13,7 @@ use crate::algorithm::{FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWi
 use crate::clock::Clock;
 use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
 use crate::descriptor::{Descriptor, Request, Unit};
+use crate::metrics::{Metrics, RuleHit};
 use crate::store::{Batch, CounterId, Op, Store, StoreError};
 use arc_swap::ArcSwap;
 use local_cache::LocalCache;
@@ -220,6 +221,7 @@ pub struct Limiter<S> {
     store: S,
     clock: Arc<dyn Clock>,
     local_cache: Option<LocalCache>,
+    metrics: Arc<Metrics>,
     options: LimiterOptions,
 }
 
@@ -238,6 +240,8 @@ enum Plan<'a> {
         replaces: &'a [Arc<str>],
         /// `share_threshold` substitutions: (entry index, wildcard pattern).
         shared: Vec<(usize, &'a str)>,
+        /// The reference's stats key of this descriptor.
+        stats_key: Cow<'a, str>,
     },
 }
 
@@ -330,6 +334,9 @@ struct Slot {
     plan: usize,
     base: usize,
     outcome: Option<Outcome>,
+    /// Answered from the local over-limit cache.
+    cached: bool,
+    hits: u64,
 }
 
 impl<S: Store> Limiter<S> {
@@ -347,8 +354,21 @@ impl<S: Store> Limiter<S> {
             store,
             clock,
             local_cache,
+            metrics: Arc::new(Metrics::default()),
             options,
         }
+    }
+
+    /// Records into `metrics` instead of a private set.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The metrics this limiter records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The store this limiter counts in.
@@ -393,11 +413,14 @@ impl<S: Store> Limiter<S> {
                 continue;
             };
             let id = counter_id(&request.domain, descriptor, shared);
+            let hits = descriptor.hits_addend.unwrap_or(request_hits);
             for (spec, base) in specs(limits) {
                 let mut slot = Slot {
                     plan: i,
                     base,
                     outcome: None,
+                    cached: false,
+                    hits,
                 };
                 if let Some(hit) = self
                     .local_cache
@@ -405,12 +428,13 @@ impl<S: Store> Limiter<S> {
                     .and_then(|c| c.get(&id, spec, now))
                 {
                     slot.outcome = Some(hit);
+                    slot.cached = true;
                 } else {
                     sent.push(slots.len());
                     batch.ops.push(Op {
                         id: id.clone(),
                         spec,
-                        hits: descriptor.hits_addend.unwrap_or(request_hits),
+                        hits,
                     });
                 }
                 slots.push(slot);
@@ -426,7 +450,10 @@ impl<S: Store> Limiter<S> {
                     .collect(),
                 None => Vec::new(),
             };
-            match self.store.execute(batch, now).await {
+            let started = std::time::Instant::now();
+            let result = self.store.execute(batch, now).await;
+            self.metrics.observe_store(started.elapsed());
+            match result {
                 Ok(results) => {
                     for (&s, outcome) in sent.iter().zip(results) {
                         slots[s].outcome = Some(outcome);
@@ -441,10 +468,14 @@ impl<S: Store> Limiter<S> {
                 }
                 Err(err) => {
                     let over = match self.options.failure_mode {
-                        FailureMode::Error => return Err(LimitError::Store(err)),
+                        FailureMode::Error => {
+                            self.metrics.record_store_error(false);
+                            return Err(LimitError::Store(err));
+                        }
                         FailureMode::Allow => false,
                         FailureMode::Deny => true,
                     };
+                    self.metrics.record_store_error(true);
                     tracing::warn!(
                         error = &err as &dyn std::error::Error,
                         rl.failure_mode = ?self.options.failure_mode,
@@ -520,10 +551,15 @@ impl<S: Store> Limiter<S> {
                 quota_mode: self.options.global_quota_mode,
                 replaces: &[],
                 shared: Vec::new(),
+                stats_key: Cow::Owned(runtime_stats_key(domain, descriptor)),
             };
         }
         match index.lookup(domain, &descriptor.entries) {
-            Lookup::UnknownDomain | Lookup::NoMatch => Plan::NoLimit,
+            Lookup::UnknownDomain => {
+                self.metrics.record_domain_not_found(domain);
+                Plan::NoLimit
+            }
+            Lookup::NoMatch => Plan::NoLimit,
             Lookup::Matched(matched) => match &matched.rule.policy {
                 Policy::Unlimited => Plan::Unlimited,
                 Policy::Limited(limits) if limits.is_empty() => Plan::NoLimit,
@@ -532,6 +568,7 @@ impl<S: Store> Limiter<S> {
                     shadow_mode: matched.rule.shadow_mode,
                     quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
                     replaces: &matched.rule.replaces,
+                    stats_key: matched.stats_key_cow(&descriptor.entries),
                     shared: matched.shared,
                 },
             },
@@ -550,12 +587,16 @@ impl<S: Store> Limiter<S> {
                     limits,
                     shadow_mode,
                     quota_mode,
+                    stats_key,
                     ..
                 } => {
                     // The descriptor's answer: its first violated limit, else
                     // the one with the least remaining.
                     let mut chosen: Option<(usize, Outcome)> = None;
+                    let (mut hits, mut cached) = (0, false);
                     while let Some(slot) = slots.next_if(|s| s.plan == i) {
+                        hits = slot.hits;
+                        cached |= slot.cached && slot.outcome.is_some_and(|o| o.over_limit);
                         // Every slot gets an outcome; a missing one would be
                         // a store bug, answered as a fresh window.
                         let at = (slot.base + slot.outcome.map_or(0, |o| o.limit_index))
@@ -576,6 +617,23 @@ impl<S: Store> Limiter<S> {
                     }
                     let (at, outcome) =
                         chosen.unwrap_or_else(|| (0, failure_outcome(&limits[0], false)));
+                    let limit = u64::from(limits[at].requests_per_unit);
+                    self.metrics.record_rule(
+                        stats_key,
+                        RuleHit {
+                            hits,
+                            limit,
+                            // Algorithms without a running count report it
+                            // through `remaining`.
+                            before: outcome
+                                .before
+                                .max(limit.saturating_sub(outcome.remaining).saturating_sub(hits)),
+                            after: outcome.after.max(limit.saturating_sub(outcome.remaining)),
+                            over_limit: outcome.over_limit,
+                            local_cache: cached,
+                            shadow_mode: *shadow_mode,
+                        },
+                    );
                     let code = if outcome.over_limit && !shadow_mode {
                         Code::OverLimit
                     } else {
@@ -601,6 +659,9 @@ impl<S: Store> Limiter<S> {
         let overall_code = if over && !self.options.global_shadow_mode {
             Code::OverLimit
         } else {
+            if over {
+                self.metrics.record_global_shadow();
+            }
             Code::Ok
         };
         let response_headers = self
@@ -646,6 +707,19 @@ fn apply_replaces(plans: &mut [Plan<'_>]) {
             *limits = Cow::Owned(kept);
         }
     }
+}
+
+/// The reference's stats key for a request override: the full runtime path
+/// `domain.k1_v1.k2_v2` (its cardinality is capped by the metrics).
+fn runtime_stats_key(domain: &str, descriptor: &Descriptor) -> String {
+    let mut key = domain.to_owned();
+    for entry in &descriptor.entries {
+        key.push('.');
+        key.push_str(&entry.key);
+        key.push('_');
+        key.push_str(&entry.value);
+    }
+    key
 }
 
 /// The counter identity of a descriptor: the request's own entries, with the
@@ -751,6 +825,10 @@ descriptors:
     value: /api/*
     share_threshold: true
     rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: burst
+    rate_limits:
+      - {unit: second, requests_per_unit: 3, algorithm: sliding_window}
+      - {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
 ";
 
     /// 2023-11-14T22:13:20Z, chosen on a minute boundary plus 20 s.
@@ -1069,6 +1147,53 @@ descriptors:
         // No limited descriptor: no headers.
         let r = ask(&l, vec![one("free", "x")]).await;
         assert!(r.response_headers.is_empty());
+    }
+
+    #[tokio::test]
+    async fn metrics_follow_the_reference_accounting() {
+        let (l, _) = limiter();
+        for _ in 0..25 {
+            ask(&l, vec![one("k20", "m")]).await;
+        }
+        let c = l.metrics().rule_counters("d.k20").unwrap();
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(get(&c.total_hits), 25);
+        assert_eq!(get(&c.within_limit), 20);
+        assert_eq!(get(&c.over_limit), 5);
+        assert_eq!(get(&c.near_limit), 4);
+        let mut req = request(vec![one("k20", "m")]);
+        req.domain = "nowhere".into();
+        l.should_rate_limit(&req).await.unwrap();
+        let text = l.metrics().render();
+        assert!(
+            text.contains("ratelimit_service_rate_limit_domain_not_found{domain=\"nowhere\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn several_limits_report_the_violated_one() {
+        let (l, _) = limiter();
+        // burst: 3 per second and 5 per minute on one descriptor.
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let r = ask(&l, vec![one("burst", "x")]).await;
+            let s = &r.statuses[0];
+            seen.push((
+                s.code,
+                s.limit_remaining,
+                s.current_limit.as_ref().unwrap().requests_per_unit,
+            ));
+        }
+        assert_eq!(
+            seen,
+            vec![
+                (Code::Ok, 2, 3),
+                (Code::Ok, 1, 3),
+                (Code::Ok, 0, 3),
+                (Code::OverLimit, 0, 3),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -44,13 +44,19 @@ impl RateLimitService for RlsService {
         &self,
         request: tonic::Request<RateLimitRequest>,
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        let request = request_from_proto(request.into_inner())?;
+        let metrics = self.limiter.metrics();
+        let _in_flight = metrics.start_request();
+        let request = request_from_proto(request.into_inner())
+            .inspect_err(|_| metrics.record_service_error())?;
         match self.limiter.should_rate_limit(&request).await {
             Ok(response) => {
                 Span::current().record("rl.code", field::debug(response.overall_code));
                 Ok(tonic::Response::new(response_to_proto(response)))
             }
-            Err(err) => Err(status_from_error(&err)),
+            Err(err) => {
+                metrics.record_service_error();
+                Err(status_from_error(&err))
+            }
         }
     }
 }
