@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use floodgate::clock::SystemClock;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
-use floodgate::server::{self, Listeners};
+use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
 use floodgate::settings::{Env, ServeArgs, Settings, StoreType};
 use floodgate::store::{MemoryStore, StoreKind};
 use floodgate::{shutdown, telemetry};
@@ -114,6 +114,12 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         merge_domains: settings.merge_domain_config,
         ignore_dotfiles: settings.ignore_dotfiles,
     };
+    // Fingerprint the directory before loading it, so a change made during
+    // the load is reloaded.
+    let reload = ReloadOptions {
+        interval: settings.config_poll_interval,
+        ..ReloadOptions::new(settings.config_dir.clone(), options.clone())
+    };
     let index = match config::load_dir(&settings.config_dir, &options) {
         Ok(index) => index,
         Err(err) => {
@@ -154,7 +160,11 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         ));
         let token = CancellationToken::new();
         tokio::spawn(shutdown::cancel_on_signal(token.clone()));
-        server::serve(limiter, listeners, settings.serve, token).await
+        let serve_options = ServeOptions {
+            reload: Some(reload),
+            ..settings.serve
+        };
+        server::serve(limiter, listeners, serve_options, token).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -103,10 +103,16 @@ pub struct ServeArgs {
     /// Longest drain of in-flight requests on shutdown, e.g. `10s` [env: SHUTDOWN_GRACE] [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
+    /// Report NOT_SERVING while no rule file declares a domain [env: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub healthy_with_at_least_one_config_loaded: Option<bool>,
+    /// How often the rule directory is checked for changes, e.g. `250ms` [env: CONFIG_POLL_INTERVAL] [default: 250ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub config_poll_interval: Option<Duration>,
 }
 
 /// Fully resolved settings of one `serve` process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Rule directory.
     pub config_dir: PathBuf,
@@ -124,6 +130,8 @@ pub struct Settings {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Time between two checks of the rule directory for changes.
+    pub config_poll_interval: Duration,
     /// Decision settings.
     pub limiter: LimiterOptions,
     /// Serving settings.
@@ -256,6 +264,17 @@ impl Settings {
             }
             (None, None) => serve_defaults.shutdown_grace,
         };
+        let poll_interval = match (args.config_poll_interval, get("CONFIG_POLL_INTERVAL")) {
+            (Some(interval), _) => interval,
+            (None, Some(value)) => {
+                parse_duration(value).map_err(|_| SettingsError::InvalidEnv {
+                    var: "CONFIG_POLL_INTERVAL",
+                    value: value.to_owned(),
+                    expected: "a duration such as 250ms or 1s",
+                })?
+            }
+            (None, None) => crate::config::DEFAULT_POLL_INTERVAL,
+        };
 
         Ok(Self {
             config_dir,
@@ -270,6 +289,7 @@ impl Settings {
                 .or_else(|| get("LOG_LEVEL").map(str::to_ascii_lowercase))
                 .unwrap_or_else(|| "info".to_owned()),
             log_format,
+            config_poll_interval: poll_interval,
             limiter: LimiterOptions {
                 global_shadow_mode: flag(args.shadow_mode, "SHADOW_MODE")?,
                 global_quota_mode: flag(args.quota_mode, "QUOTA_MODE")?,
@@ -282,6 +302,10 @@ impl Settings {
             },
             serve: ServeOptions {
                 shutdown_grace,
+                healthy_only_with_rules: flag(
+                    args.healthy_with_at_least_one_config_loaded,
+                    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+                )?,
                 ..serve_defaults
             },
         })
@@ -420,6 +444,40 @@ mod tests {
         assert_eq!(s.store, StoreType::Memory);
         assert_eq!(s.log_level, "info");
         assert_eq!(s.limiter, LimiterOptions::default());
+        assert!(!s.serve.healthy_only_with_rules);
+        assert_eq!(s.config_poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn reload_and_health_settings() {
+        let s = resolve(
+            &[],
+            &[
+                ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+                ("CONFIG_POLL_INTERVAL", "1s"),
+                ("RUNTIME_IGNOREDOTFILES", "true"),
+                ("RUNTIME_ROOT", "/srv/rt"),
+            ],
+        )
+        .unwrap();
+        assert!(s.serve.healthy_only_with_rules);
+        assert_eq!(s.config_dir, PathBuf::from("/srv/rt/config"));
+        assert_eq!(s.config_poll_interval, Duration::from_secs(1));
+        assert!(s.ignore_dotfiles);
+
+        let s = resolve(
+            &[
+                "--healthy-with-at-least-one-config-loaded=false",
+                "--config-poll-interval",
+                "100ms",
+            ],
+            &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")],
+        )
+        .unwrap();
+        assert!(!s.serve.healthy_only_with_rules);
+        assert_eq!(s.config_poll_interval, Duration::from_millis(100));
+        let err = resolve(&[], &[("CONFIG_POLL_INTERVAL", "soon")]).unwrap_err();
+        assert!(err.to_string().contains("CONFIG_POLL_INTERVAL"), "{err}");
     }
 
     #[test]

@@ -6,14 +6,17 @@
 //! cancelled and awaited.
 
 mod grpc;
+mod health;
 mod http;
 pub mod proto;
 
+use crate::config::{Fingerprint, LoadOptions, ReloadStats, Watcher};
 use crate::limiter::Limiter;
 use crate::store::StoreKind;
-use http::Health;
+use health::Health;
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -21,10 +24,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 use tracing::{Instrument as _, info, info_span, warn};
-
-/// gRPC health service names reported as SERVING / NOT_SERVING: the overall
-/// server ("") and the reference service's name.
-const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
 
 /// How often the embedded store drops counters of ended windows.
 const MEMORY_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -59,12 +58,18 @@ impl Listeners {
 }
 
 /// Serving options that are not decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Longest time in-flight requests may take to drain on shutdown.
     pub shutdown_grace: Duration,
     /// Most concurrent requests per gRPC connection before load shedding.
     pub max_concurrent_per_connection: usize,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: report NOT_SERVING while
+    /// the rule index in force has no domain.
+    pub healthy_only_with_rules: bool,
+    /// Reload the rules from a directory when it changes; `None` serves the
+    /// limiter's index as it is.
+    pub reload: Option<ReloadOptions>,
 }
 
 impl Default for ServeOptions {
@@ -72,6 +77,44 @@ impl Default for ServeOptions {
         Self {
             shutdown_grace: Duration::from_secs(10),
             max_concurrent_per_connection: 1_024,
+            healthy_only_with_rules: false,
+            reload: None,
+        }
+    }
+}
+
+/// Where reloaded rules come from, and how often to look.
+#[derive(Debug, Clone)]
+pub struct ReloadOptions {
+    /// Rule directory.
+    pub dir: PathBuf,
+    /// How its files are combined.
+    pub load: LoadOptions,
+    /// Time between two checks of the directory.
+    pub interval: Duration,
+    /// Reload outcome counters, updated by the watcher (shared so metrics
+    /// and tests can read them).
+    pub stats: Arc<ReloadStats>,
+    /// The directory as it was when the limiter's index was loaded: any
+    /// later difference triggers a reload.
+    pub baseline: Fingerprint,
+}
+
+impl ReloadOptions {
+    /// Reloads from `dir` with `load`, checking every
+    /// [`DEFAULT_POLL_INTERVAL`](crate::config::DEFAULT_POLL_INTERVAL).
+    ///
+    /// Takes the directory's [`Fingerprint`] now: call it *before* loading
+    /// the initial index, so a change made during that load is not missed.
+    /// Blocking file I/O.
+    pub fn new(dir: PathBuf, load: LoadOptions) -> Self {
+        let baseline = Fingerprint::of(&dir);
+        Self {
+            dir,
+            load,
+            interval: crate::config::DEFAULT_POLL_INTERVAL,
+            stats: Arc::default(),
+            baseline,
         }
     }
 }
@@ -120,16 +163,15 @@ pub async fn serve(
     let grpc_addr = listeners.grpc.local_addr().map_err(ServeError::LocalAddr)?;
     let http_addr = listeners.http.local_addr().map_err(ServeError::LocalAddr)?;
     let tracker = TaskTracker::new();
-    spawn_background(&tracker, &limiter, &shutdown);
 
-    let health = Health::default();
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    for name in HEALTH_SERVICES {
-        health_reporter
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
-            .await;
-    }
-    health.set_serving(true);
+    let health = Health::new(
+        health_reporter,
+        options.healthy_only_with_rules,
+        &limiter.rules().load(),
+    );
+    health.set_started(true).await;
+    spawn_background(&tracker, &limiter, &options, &health, &shutdown);
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
@@ -146,16 +188,10 @@ pub async fn serve(
     let draining = CancellationToken::new();
     tracker.spawn({
         let (shutdown, draining, health) = (shutdown.clone(), draining.clone(), health.clone());
-        let reporter = health_reporter.clone();
         async move {
             shutdown.cancelled().await;
             info!("shutdown started");
-            health.set_serving(false);
-            for name in HEALTH_SERVICES {
-                reporter
-                    .set_service_status(name, tonic_health::ServingStatus::NotServing)
-                    .await;
-            }
+            health.set_started(false).await;
             draining.cancel();
         }
     });
@@ -166,12 +202,14 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(RateLimitServiceServer::new(grpc::RlsService::new(limiter)))
+        .add_service(RateLimitServiceServer::new(grpc::RlsService::new(
+            limiter.clone(),
+        )))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
             draining.clone().cancelled_owned(),
         );
-    let http = axum::serve(listeners.http, http::router(health))
+    let http = axum::serve(listeners.http, http::router(health, limiter))
         .with_graceful_shutdown(draining.clone().cancelled_owned());
 
     info!(grpc.addr = %grpc_addr, http.addr = %http_addr, "listening");
@@ -202,8 +240,28 @@ pub async fn serve(
 fn spawn_background(
     tracker: &TaskTracker,
     limiter: &Arc<Limiter<StoreKind>>,
+    options: &ServeOptions,
+    health: &Health,
     shutdown: &CancellationToken,
 ) {
+    if let Some(reload) = &options.reload {
+        let watcher = Watcher::new(
+            reload.dir.clone(),
+            reload.load.clone(),
+            limiter.rules().clone(),
+            reload.stats.clone(),
+            reload.baseline.clone(),
+        );
+        let health = health.clone();
+        tracker.spawn(
+            watcher
+                .run(reload.interval, shutdown.clone(), move |index| {
+                    let health = health.clone();
+                    async move { health.set_rules(&index).await }
+                })
+                .instrument(info_span!("config_watch")),
+        );
+    }
     match limiter.store() {
         StoreKind::Memory(store) => {
             let store = store.clone();

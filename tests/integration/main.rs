@@ -7,3 +7,4 @@ mod support;
 
 mod cli;
 mod grpc;
+mod reload;

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 pub mod grpc;
+pub mod http;
 
 use std::sync::Once;
 
