@@ -59,7 +59,14 @@ async fn json(State(state): State<AppState>, body: Bytes) -> HttpResponse {
         Ok(request) => request,
         Err(err) => return bad_request(&err.to_string()),
     };
-    match state.limiter.should_rate_limit(&request).await {
+    answer(state.limiter.should_rate_limit(&request).await)
+}
+
+/// The one mapping from a decision to an HTTP answer: 200 OK, 429
+/// OVER_LIMIT, 400 invalid request, 503 store failure (cause logged, not
+/// sent).
+fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
+    match decision {
         Ok(response) => {
             let status = match response.overall_code {
                 Code::Ok => StatusCode::OK,
@@ -541,6 +548,29 @@ mod tests {
         assert_eq!(
             json,
             r#"{"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","currentLimit":{"name":"n","requestsPerUnit":20,"unit":"MINUTE"},"durationUntilReset":"58s"},{"code":"OK"}],"responseHeadersToAdd":[{"key":"RateLimit-Limit","value":"20"}]}"#
+        );
+    }
+
+    #[test]
+    fn decisions_map_to_http_status_codes() {
+        let ok = Response {
+            overall_code: Code::Ok,
+            statuses: Vec::new(),
+            response_headers: Vec::new(),
+        };
+        let over = Response {
+            overall_code: Code::OverLimit,
+            ..ok.clone()
+        };
+        assert_eq!(answer(Ok(ok)).status(), StatusCode::OK);
+        assert_eq!(answer(Ok(over)).status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            answer(Err(LimitError::EmptyDomain)).status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            answer(Err(LimitError::Store(crate::store::StoreError::Closed))).status(),
+            StatusCode::SERVICE_UNAVAILABLE
         );
     }
 

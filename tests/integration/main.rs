@@ -7,4 +7,5 @@ mod support;
 
 mod cli;
 mod grpc;
+mod http;
 mod reload;
