@@ -6,7 +6,7 @@
 //! environment.
 
 use crate::limiter::{HeaderNames, LimiterOptions, RequestBounds};
-use crate::server::ServeOptions;
+use crate::server::{ServeOptions, TlsOptions};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -109,6 +109,21 @@ pub struct ServeArgs {
     /// How often the rule directory is checked for changes, e.g. `250ms` [env: CONFIG_POLL_INTERVAL] [default: 250ms]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub config_poll_interval: Option<Duration>,
+    /// Serve gRPC over TLS [env: GRPC_SERVER_USE_TLS]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub grpc_server_use_tls: Option<bool>,
+    /// PEM certificate chain of the gRPC server; re-read when it changes [env: GRPC_SERVER_TLS_CERT]
+    #[arg(long, value_name = "FILE")]
+    pub grpc_server_tls_cert: Option<PathBuf>,
+    /// PEM private key of the gRPC server; re-read when it changes [env: GRPC_SERVER_TLS_KEY]
+    #[arg(long, value_name = "FILE")]
+    pub grpc_server_tls_key: Option<PathBuf>,
+    /// PEM CA bundle; when set, gRPC clients must present a certificate it signed (mTLS) [env: GRPC_CLIENT_TLS_CACERT]
+    #[arg(long, value_name = "FILE")]
+    pub grpc_client_tls_cacert: Option<PathBuf>,
+    /// DNS name the client certificate must be valid for; needs the CA [env: GRPC_CLIENT_TLS_SAN]
+    #[arg(long, value_name = "NAME")]
+    pub grpc_client_tls_san: Option<String>,
 }
 
 /// Fully resolved settings of one `serve` process.
@@ -150,6 +165,14 @@ pub enum SettingsError {
         value: String,
         /// What was expected.
         expected: &'static str,
+    },
+    /// A setting is on but another one it depends on is missing.
+    #[error("{setting} needs {needs}")]
+    Missing {
+        /// The setting that is on.
+        setting: &'static str,
+        /// What it needs.
+        needs: &'static str,
     },
 }
 
@@ -252,6 +275,41 @@ impl Settings {
                 defaults.max_entry_bytes,
             )?,
         };
+        let tls = if flag(args.grpc_server_use_tls, "GRPC_SERVER_USE_TLS")? {
+            let path = |arg: &Option<PathBuf>, var: &str| {
+                arg.clone().or_else(|| get(var).map(PathBuf::from))
+            };
+            let (Some(cert), Some(key)) = (
+                path(&args.grpc_server_tls_cert, "GRPC_SERVER_TLS_CERT"),
+                path(&args.grpc_server_tls_key, "GRPC_SERVER_TLS_KEY"),
+            ) else {
+                return Err(SettingsError::Missing {
+                    setting: "GRPC_SERVER_USE_TLS",
+                    needs: "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+                });
+            };
+            let client_ca = path(&args.grpc_client_tls_cacert, "GRPC_CLIENT_TLS_CACERT");
+            let client_san = args
+                .grpc_client_tls_san
+                .clone()
+                .or_else(|| get("GRPC_CLIENT_TLS_SAN").map(str::to_owned));
+            if client_san.is_some() && client_ca.is_none() {
+                return Err(SettingsError::Missing {
+                    setting: "GRPC_CLIENT_TLS_SAN",
+                    needs: "GRPC_CLIENT_TLS_CACERT",
+                });
+            }
+            Some(TlsOptions {
+                cert,
+                key,
+                client_ca,
+                client_san,
+            })
+        } else {
+            // As the reference: without GRPC_SERVER_USE_TLS the other TLS
+            // settings are ignored.
+            None
+        };
         let serve_defaults = ServeOptions::default();
         let shutdown_grace = match (args.shutdown_grace, get("SHUTDOWN_GRACE")) {
             (Some(grace), _) => grace,
@@ -306,6 +364,7 @@ impl Settings {
                     args.healthy_with_at_least_one_config_loaded,
                     "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
                 )?,
+                tls,
                 ..serve_defaults
             },
         })
@@ -561,6 +620,60 @@ mod tests {
         );
         let err = resolve(&[], &[("BACKEND_TYPE", "memcache")]).unwrap_err();
         assert!(err.to_string().contains("memory or redis"));
+    }
+
+    #[test]
+    fn tls_settings() {
+        let s = resolve(&[], &[("GRPC_SERVER_TLS_CERT", "/c.pem")]).unwrap();
+        assert_eq!(s.serve.tls, None, "ignored without GRPC_SERVER_USE_TLS");
+
+        let s = resolve(
+            &["--grpc-client-tls-san", "client.example"],
+            &[
+                ("GRPC_SERVER_USE_TLS", "true"),
+                ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+                ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+                ("GRPC_CLIENT_TLS_SAN", "other.example"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            s.serve.tls,
+            Some(TlsOptions {
+                cert: PathBuf::from("/tls/cert.pem"),
+                key: PathBuf::from("/tls/key.pem"),
+                client_ca: Some(PathBuf::from("/tls/ca.pem")),
+                client_san: Some("client.example".to_owned()),
+            })
+        );
+
+        let err = resolve(
+            &["--grpc-server-use-tls"],
+            &[("GRPC_SERVER_TLS_CERT", "/c")],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
+        );
+        let err = resolve(
+            &[
+                "--grpc-server-use-tls",
+                "--grpc-server-tls-cert",
+                "/c",
+                "--grpc-server-tls-key",
+                "/k",
+                "--grpc-client-tls-san",
+                "x",
+            ],
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GRPC_CLIENT_TLS_SAN needs GRPC_CLIENT_TLS_CACERT"
+        );
     }
 
     #[test]

@@ -9,16 +9,20 @@ mod grpc;
 mod health;
 mod http;
 pub mod proto;
+mod tls;
 
 use crate::config::{Fingerprint, LoadOptions, ReloadStats, Watcher};
 use crate::limiter::Limiter;
 use crate::store::StoreKind;
+use arc_swap::ArcSwap;
 use health::Health;
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+pub use tls::{TlsError, TlsOptions};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -70,6 +74,9 @@ pub struct ServeOptions {
     /// Reload the rules from a directory when it changes; `None` serves the
     /// limiter's index as it is.
     pub reload: Option<ReloadOptions>,
+    /// Serve gRPC over TLS (certificates re-read when they change); `None`
+    /// serves plaintext.
+    pub tls: Option<TlsOptions>,
 }
 
 impl Default for ServeOptions {
@@ -79,6 +86,7 @@ impl Default for ServeOptions {
             max_concurrent_per_connection: 1_024,
             healthy_only_with_rules: false,
             reload: None,
+            tls: None,
         }
     }
 }
@@ -143,6 +151,9 @@ pub enum ServeError {
     /// The reflection service could not be built from the descriptor set.
     #[error("cannot build grpc reflection service")]
     Reflection(#[source] tonic_reflection::server::Error),
+    /// The gRPC TLS configuration could not be built.
+    #[error("cannot set up grpc tls")]
+    Tls(#[source] TlsError),
 }
 
 /// Serves `limiter` on `listeners` until `shutdown` is cancelled, then
@@ -163,6 +174,23 @@ pub async fn serve(
     let grpc_addr = listeners.grpc.local_addr().map_err(ServeError::LocalAddr)?;
     let http_addr = listeners.http.local_addr().map_err(ServeError::LocalAddr)?;
     let tracker = TaskTracker::new();
+    let tls_config = match &options.tls {
+        Some(tls_options) => {
+            let (config, digest) = tls::load(tls_options).map_err(ServeError::Tls)?;
+            let config = Arc::new(ArcSwap::new(config));
+            tracker.spawn(
+                tls::watch(
+                    tls_options.clone(),
+                    config.clone(),
+                    digest,
+                    shutdown.clone(),
+                )
+                .instrument(info_span!("tls_watch")),
+            );
+            Some(config)
+        }
+        None => None,
+    };
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     let health = Health::new(
@@ -196,7 +224,7 @@ pub async fn serve(
         }
     });
 
-    let grpc = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(options.max_concurrent_per_connection)
         .load_shed(true)
         .add_service(health_service)
@@ -204,15 +232,27 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(RateLimitServiceServer::new(grpc::RlsService::new(
             limiter.clone(),
-        )))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
-            draining.clone().cancelled_owned(),
-        );
+        )));
+    let grpc_stop = draining.clone().cancelled_owned();
+    // One boxed future either way: the plaintext and TLS incoming streams
+    // have different types.
+    let grpc: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match tls_config {
+            Some(config) => {
+                let (incoming, accept_loop) =
+                    tls::incoming(listeners.grpc, config, draining.clone());
+                tracker.spawn(accept_loop.instrument(info_span!("grpc_tls_accept")));
+                Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
+            }
+            None => Box::pin(router.serve_with_incoming_shutdown(
+                TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
+                grpc_stop,
+            )),
+        };
     let http = axum::serve(listeners.http, http::router(health, limiter))
         .with_graceful_shutdown(draining.clone().cancelled_owned());
 
-    info!(grpc.addr = %grpc_addr, http.addr = %http_addr, "listening");
+    info!(grpc.addr = %grpc_addr, grpc.tls = options.tls.is_some(), http.addr = %http_addr, "listening");
     let servers = async {
         tokio::try_join!(async { grpc.await.map_err(ServeError::Grpc) }, async {
             http.await.map_err(ServeError::Http)

@@ -9,3 +9,4 @@ mod cli;
 mod grpc;
 mod http;
 mod reload;
+mod tls;
