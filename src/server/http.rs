@@ -90,7 +90,7 @@ fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
             tracing::warn!(error = &err as &dyn std::error::Error, "store unavailable");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "rate limit store unavailable",
+                "rate limit store unavailable\n",
             )
                 .into_response()
         }
@@ -99,7 +99,7 @@ fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
 }
 
 fn bad_request(reason: &str) -> HttpResponse {
-    (StatusCode::BAD_REQUEST, format!("bad request: {reason}")).into_response()
+    (StatusCode::BAD_REQUEST, format!("bad request: {reason}\n")).into_response()
 }
 
 /// `GET /rlconfig`: one line per rule, in the reference's format
