@@ -57,7 +57,7 @@ async fn json(State(state): State<AppState>, body: Bytes) -> HttpResponse {
         .and_then(JsonRequest::into_request)
     {
         Ok(request) => request,
-        Err(err) => return bad_request(&err.to_string()),
+        Err(err) => return bad_request(&chain(&err)),
     };
     answer(state.limiter.should_rate_limit(&request).await)
 }
@@ -96,6 +96,18 @@ fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
         }
         Err(invalid) => bad_request(&invalid.to_string()),
     }
+}
+
+/// An error and its causes, joined with ": " (the client's reason text).
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn bad_request(reason: &str) -> HttpResponse {
@@ -145,7 +157,7 @@ fn rlconfig_line(rule: &Rule) -> String {
 #[derive(Debug, thiserror::Error)]
 enum JsonError {
     /// Not JSON, or not the shape of a `RateLimitRequest`.
-    #[error("invalid RateLimitRequest JSON: {0}")]
+    #[error("invalid RateLimitRequest JSON")]
     Parse(#[source] serde_json::Error),
     /// An override's unit is missing or UNKNOWN.
     #[error(
@@ -383,7 +395,7 @@ struct JsonHeader {
     value: String,
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+/// serde's `skip_serializing_if` passes a reference.
 const fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -497,19 +509,18 @@ mod tests {
 
     #[test]
     fn malformed_requests_are_rejected_with_a_reason() {
-        let err = parse("{").unwrap_err().to_string();
+        let err = chain(&parse("{").unwrap_err());
         assert!(err.starts_with("invalid RateLimitRequest JSON: "), "{err}");
-        let err = parse(r#"{"domian":"d"}"#).unwrap_err().to_string();
+        let err = chain(&parse(r#"{"domian":"d"}"#).unwrap_err());
         assert!(err.contains("unknown field `domian`"), "{err}");
-        let err = parse(r#"{"hitsAddend":"x"}"#).unwrap_err().to_string();
+        let err = chain(&parse(r#"{"hitsAddend":"x"}"#).unwrap_err());
         assert!(err.contains("'x' is not an unsigned integer"), "{err}");
-        let err = parse(r#"{"hitsAddend":4294967296}"#)
-            .unwrap_err()
-            .to_string();
+        let err = chain(&parse(r#"{"hitsAddend":4294967296}"#).unwrap_err());
         assert!(err.contains("does not fit in uint32"), "{err}");
-        let err = parse(r#"{"descriptors":[{"limit":{"requestsPerUnit":1,"unit":"MINUTES"}}]}"#)
-            .unwrap_err()
-            .to_string();
+        let err = chain(
+            &parse(r#"{"descriptors":[{"limit":{"requestsPerUnit":1,"unit":"MINUTES"}}]}"#)
+                .unwrap_err(),
+        );
         assert!(err.contains("unknown unit 'MINUTES'"), "{err}");
         let err = parse(r#"{"descriptors":[{"limit":{"requestsPerUnit":1}}]}"#)
             .unwrap_err()

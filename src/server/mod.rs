@@ -1,5 +1,7 @@
-//! Assembles the listeners: gRPC (RLS, health, reflection) and HTTP, serves
-//! them until shutdown, then drains within a grace period.
+//! Assembles the listeners: gRPC (RLS, health, reflection; plaintext or
+//! TLS) and HTTP, serves them until shutdown, then drains within a grace
+//! period. Owns the background tasks of a running server (memory sweeper,
+//! rule watcher, TLS certificate watcher), all on one `TaskTracker`.
 //!
 //! Shutdown order: health turns NOT_SERVING, listeners stop accepting,
 //! in-flight requests drain within `shutdown_grace`, background tasks are
