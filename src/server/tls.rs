@@ -395,3 +395,94 @@ pub(crate) async fn watch(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{CertificateParams, KeyPair};
+
+    fn pair(name: &str) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn options(dir: &Path, cert: &str, key: &str, ca: Option<&str>) -> TlsOptions {
+        std::fs::write(dir.join("tls.crt"), cert).unwrap();
+        std::fs::write(dir.join("tls.key"), key).unwrap();
+        let client_ca = ca.map(|ca| {
+            std::fs::write(dir.join("ca.crt"), ca).unwrap();
+            dir.join("ca.crt")
+        });
+        TlsOptions {
+            cert: dir.join("tls.crt"),
+            key: dir.join("tls.key"),
+            client_ca,
+            client_san: None,
+        }
+    }
+
+    #[test]
+    fn builds_with_h2_alpn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pair("localhost");
+        let (config, _) = load(&options(dir.path(), &cert, &key, None)).unwrap();
+        assert_eq!(config.alpn_protocols, vec![b"h2".to_vec()]);
+    }
+
+    #[test]
+    fn key_of_another_certificate_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, _) = pair("localhost");
+        let (_, other_key) = pair("localhost");
+        let err = load(&options(dir.path(), &cert, &other_key, None)).unwrap_err();
+        assert!(matches!(err, TlsError::Config(_)), "{err:?}");
+    }
+
+    #[test]
+    fn files_without_pem_items_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pair("localhost");
+        let err = load(&options(dir.path(), "not pem", &key, None)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "tls certificate file {} holds no valid PEM certificate",
+                dir.path().join("tls.crt").display()
+            )
+        );
+        let err = load(&options(dir.path(), &cert, &key, Some(""))).unwrap_err();
+        assert!(err.to_string().starts_with("tls client ca file"), "{err}");
+        let err = load(&TlsOptions {
+            cert: dir.path().join("missing.crt"),
+            ..options(dir.path(), &cert, &key, None)
+        })
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            TlsError::Read {
+                what: "certificate",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn client_san_must_be_a_dns_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = pair("localhost");
+        let (ca, _) = pair("ca");
+        let err = load(&TlsOptions {
+            client_san: Some("not a name!".to_owned()),
+            ..options(dir.path(), &cert, &key, Some(&ca))
+        })
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "client certificate SAN 'not a name!' is not a valid DNS name"
+        );
+    }
+}

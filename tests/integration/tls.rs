@@ -143,8 +143,9 @@ async fn rotated_server_certificate_is_served_without_restart() {
 
     let new_ca = Ca::new("new ca");
     let rotated = new_ca.server();
-    // A half-rotated pair (new key, old certificate) must not break
-    // serving; the pair is complete once the certificate follows.
+    // Key first, then certificate, as a rotation may write them: a check
+    // that sees the mismatched pair in between rejects it and keeps the old
+    // one serving (see the unit test key_of_another_certificate_is_rejected).
     write(dir.path(), "tls.key", &rotated.key);
     write(dir.path(), "tls.crt", &rotated.cert);
 
