@@ -175,6 +175,17 @@ pub async fn serve(
     let shutdown = shutdown.child_token();
     let grpc_addr = listeners.grpc.local_addr().map_err(ServeError::LocalAddr)?;
     let http_addr = listeners.http.local_addr().map_err(ServeError::LocalAddr)?;
+    // Everything that can fail is built before the first task is spawned,
+    // so an early return leaves nothing running.
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(ServeError::Reflection)?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(ServeError::Reflection)?;
+
     let tracker = TaskTracker::new();
     let tls_config = match &options.tls {
         Some(tls_options) => {
@@ -202,15 +213,6 @@ pub async fn serve(
     );
     health.set_started(true).await;
     spawn_background(&tracker, &limiter, &options, &health, &shutdown);
-
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(ServeError::Reflection)?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .map_err(ServeError::Reflection)?;
 
     // Both servers stop accepting only once health has been switched off,
     // so a load balancer polling health sees NOT_SERVING before connections
