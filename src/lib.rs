@@ -7,8 +7,11 @@
 //! ```
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
-//! - [`config`]: rule files in, validated into a descriptor index.
+//! - [`config`]: rule files in, validated into a descriptor index, reloaded
+//!   when the rule directory changes.
 //! - [`limiter`]: the decision, with the reference service's semantics.
+//! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
+//!   `/rlconfig`, `/healthcheck`) over the limiter.
 //! - [`store`]: where counters live (embedded memory store).
 //! - [`algorithm`]: pure counting math over an injected `now`.
 //! - [`clock`]: the one reader of the system clock; a manual clock for tests.

@@ -7,7 +7,8 @@ use clap::{Parser, Subcommand};
 use floodgate::clock::SystemClock;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
-use floodgate::server::{self, Listeners};
+use floodgate::metrics::Metrics;
+use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
 use floodgate::settings::{Env, ServeArgs, Settings, StoreType};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
 use floodgate::{shutdown, telemetry};
@@ -114,6 +115,12 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         merge_domains: settings.merge_domain_config,
         ignore_dotfiles: settings.ignore_dotfiles,
     };
+    // Fingerprint the directory before loading it, so a change made during
+    // the load is reloaded.
+    let reload = ReloadOptions {
+        interval: settings.config_poll_interval,
+        ..ReloadOptions::new(settings.config_dir.clone(), options.clone())
+    };
     let index = match config::load_dir(&settings.config_dir, &options) {
         Ok(index) => index,
         Err(err) => {
@@ -151,17 +158,30 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        let listeners = Listeners::bind(settings.grpc_addr, settings.http_addr).await?;
+        let listeners = Listeners::bind(
+            settings.grpc_addr,
+            settings.http_addr,
+            settings.metrics_addr,
+        )
+        .await?;
         let rules = Arc::new(arc_swap::ArcSwap::from_pointee(index));
-        let limiter = Arc::new(Limiter::new(
-            rules,
-            store,
-            Arc::new(SystemClock),
-            settings.limiter.clone(),
-        ));
+        let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
+        let limiter = Arc::new(
+            Limiter::new(
+                rules,
+                store,
+                Arc::new(SystemClock),
+                settings.limiter.clone(),
+            )
+            .with_metrics(Arc::new(metrics)),
+        );
         let token = CancellationToken::new();
         tokio::spawn(shutdown::cancel_on_signal(token.clone()));
-        server::serve(limiter, listeners, settings.serve, token).await
+        let serve_options = ServeOptions {
+            reload: Some(reload),
+            ..settings.serve
+        };
+        server::serve(limiter, listeners, serve_options, token).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,6 +10,7 @@
 //! and `ratelimit_metrics_series_dropped_total` counts the hits that were not
 //! recorded. Nothing here logs or allocates per request in the common case.
 
+use crate::config::ReloadStats;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -108,10 +109,6 @@ pub struct Metrics {
     rules: RwLock<HashMap<String, Arc<RuleCounters>>>,
     domains_not_found: RwLock<HashMap<String, AtomicU64>>,
     series_dropped: AtomicU64,
-    /// `config_load_success`: rule loads that took effect.
-    pub config_load_success: AtomicU64,
-    /// `config_load_error`: rule loads rejected (the last good rules stay).
-    pub config_load_error: AtomicU64,
     global_shadow_mode: AtomicU64,
     total_requests: AtomicU64,
     service_errors: AtomicU64,
@@ -137,8 +134,6 @@ impl Metrics {
             rules: RwLock::new(HashMap::new()),
             domains_not_found: RwLock::new(HashMap::new()),
             series_dropped: AtomicU64::new(0),
-            config_load_success: AtomicU64::new(0),
-            config_load_error: AtomicU64::new(0),
             global_shadow_mode: AtomicU64::new(0),
             total_requests: AtomicU64::new(0),
             service_errors: AtomicU64::new(0),
@@ -276,8 +271,9 @@ impl Metrics {
         self.rules.read().get(stats_key).cloned()
     }
 
-    /// Everything, in the Prometheus text exposition format.
-    pub fn render(&self) -> String {
+    /// Everything, in the Prometheus text exposition format, with the rule
+    /// reload counts (`config_load_success` / `config_load_error`).
+    pub fn render(&self, reloads: Option<&ReloadStats>) -> String {
         let mut out = String::with_capacity(4_096);
         let rules = self.rules.read();
         let mut keys: Vec<&String> = rules.keys().collect();
@@ -328,17 +324,26 @@ impl Metrics {
             );
         }
         drop(domains);
-        let counters: [(&str, &str, &AtomicU64); 8] = [
+        let (success, error) = reloads.map_or((0, 0), |r| (r.success(), r.error()));
+        let loads = [
             (
                 "ratelimit_service_config_load_success",
-                "Rule loads that took effect.",
-                &self.config_load_success,
+                "Rule reloads that took effect.",
+                success,
             ),
             (
                 "ratelimit_service_config_load_error",
-                "Rule loads rejected; the last good rules stay in force.",
-                &self.config_load_error,
+                "Rule reloads rejected; the last good rules stay in force.",
+                error,
             ),
+        ];
+        for (name, help, value) in loads {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
+        let counters: [(&str, &str, &AtomicU64); 6] = [
             (
                 "ratelimit_service_global_shadow_mode",
                 "Requests answered OK only because of SHADOW_MODE.",
@@ -469,7 +474,7 @@ mod tests {
         assert_eq!(c.within_limit.load(Ordering::Relaxed), 20);
         assert_eq!(c.over_limit.load(Ordering::Relaxed), 5);
         assert_eq!(c.near_limit.load(Ordering::Relaxed), 4);
-        let text = m.render();
+        let text = m.render(None);
         assert!(
             text.contains(
                 "ratelimit_service_rate_limit_within_limit{domain=\"edge\",key=\"user\"} 20"
@@ -487,7 +492,7 @@ mod tests {
         assert!(m.rule_counters("d.k_1").is_some());
         assert!(m.rule_counters("d.k_2").is_none());
         assert!(
-            m.render()
+            m.render(None)
                 .contains("ratelimit_metrics_series_dropped_total 3")
         );
     }

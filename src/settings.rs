@@ -6,7 +6,7 @@
 //! environment.
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
-use crate::server::ServeOptions;
+use crate::server::{ServeOptions, TlsOptions};
 use crate::store::{RedisConfig, RedisMode};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
@@ -104,6 +104,42 @@ pub struct ServeArgs {
     /// Longest drain of in-flight requests on shutdown, e.g. `10s` [env: SHUTDOWN_GRACE] [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
+    /// Report NOT_SERVING while no rule file declares a domain [env: HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub healthy_with_at_least_one_config_loaded: Option<bool>,
+    /// How often the rule directory is checked for changes, e.g. `250ms` [env: CONFIG_POLL_INTERVAL] [default: 250ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub config_poll_interval: Option<Duration>,
+    /// Serve gRPC over TLS [env: GRPC_SERVER_USE_TLS]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub grpc_server_use_tls: Option<bool>,
+    /// PEM certificate chain of the gRPC server; re-read when it changes [env: GRPC_SERVER_TLS_CERT]
+    #[arg(long, value_name = "FILE")]
+    pub grpc_server_tls_cert: Option<PathBuf>,
+    /// PEM private key of the gRPC server; re-read when it changes [env: GRPC_SERVER_TLS_KEY]
+    #[arg(long, value_name = "FILE")]
+    pub grpc_server_tls_key: Option<PathBuf>,
+    /// PEM CA bundle; when set, gRPC clients must present a certificate it signed (mTLS) [env: GRPC_CLIENT_TLS_CACERT]
+    #[arg(long, value_name = "FILE")]
+    pub grpc_client_tls_cacert: Option<PathBuf>,
+    /// DNS name the client certificate must be valid for; needs the CA [env: GRPC_CLIENT_TLS_SAN]
+    #[arg(long, value_name = "NAME")]
+    pub grpc_client_tls_san: Option<String>,
+    /// Serve /metrics on a separate listener too [env: USE_PROMETHEUS]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub use_prometheus: Option<bool>,
+    /// Address of the separate metrics listener; `:9090` means every interface [env: PROMETHEUS_ADDR] [default: :9090]
+    #[arg(long, value_name = "ADDR")]
+    pub prometheus_addr: Option<String>,
+    /// Path of the metrics on the separate listener [env: PROMETHEUS_PATH] [default: /metrics]
+    #[arg(long, value_name = "PATH")]
+    pub prometheus_path: Option<String>,
+    /// Share of a limit past which hits count as near_limit [env: NEAR_LIMIT_RATIO] [default: 0.8]
+    #[arg(long, value_name = "RATIO")]
+    pub near_limit_ratio: Option<f64>,
+    /// Most distinct per-rule metric series (runtime-valued stats keys) [env: METRICS_MAX_SERIES] [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub metrics_max_series: Option<usize>,
     /// Redis and counting settings.
     #[command(flatten)]
     pub store_args: StoreArgs,
@@ -185,7 +221,7 @@ pub struct RedisSettings {
 }
 
 /// Fully resolved settings of one `serve` process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Rule directory.
     pub config_dir: PathBuf,
@@ -203,12 +239,20 @@ pub struct Settings {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Time between two checks of the rule directory for changes.
+    pub config_poll_interval: Duration,
     /// Decision settings.
     pub limiter: LimiterOptions,
     /// Serving settings.
     pub serve: ServeOptions,
     /// Redis settings, when the store is Redis.
     pub redis: Option<RedisSettings>,
+    /// Separate metrics listener (`USE_PROMETHEUS`).
+    pub metrics_addr: Option<SocketAddr>,
+    /// `NEAR_LIMIT_RATIO`.
+    pub near_limit_ratio: f64,
+    /// Cap on distinct per-rule metric series.
+    pub metrics_max_series: usize,
 }
 
 /// A setting that could not be understood.
@@ -223,6 +267,14 @@ pub enum SettingsError {
         value: String,
         /// What was expected.
         expected: &'static str,
+    },
+    /// A setting is on but another one it depends on is missing.
+    #[error("{setting} needs {needs}")]
+    Missing {
+        /// The setting that is on.
+        setting: &'static str,
+        /// What it needs.
+        needs: &'static str,
     },
 }
 
@@ -251,29 +303,25 @@ impl Settings {
             Some(addr) => addr,
             None => addr_from_env(&get, "HOST", "PORT", DEFAULT_HTTP_PORT)?,
         };
-        let store = match (args.store, get("BACKEND_TYPE")) {
-            (Some(store), _) => store,
-            (None, Some(value)) => {
-                StoreType::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
-                    var: "BACKEND_TYPE",
-                    value: value.to_owned(),
-                    expected: "memory or redis",
-                })?
-            }
-            (None, None) if get("REDIS_URL").is_some() => StoreType::Redis,
-            (None, None) => StoreType::Memory,
+        let default_store = if get("REDIS_URL").is_some() {
+            StoreType::Redis
+        } else {
+            StoreType::Memory
         };
-        let log_format = match (args.log_format, get("LOG_FORMAT")) {
-            (Some(format), _) => format,
-            (None, Some(value)) => {
-                LogFormat::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
-                    var: "LOG_FORMAT",
-                    value: value.to_owned(),
-                    expected: "text or json",
-                })?
-            }
-            (None, None) => LogFormat::Text,
-        };
+        let store = choice(
+            args.store,
+            get("BACKEND_TYPE"),
+            "BACKEND_TYPE",
+            "memory or redis",
+            default_store,
+        )?;
+        let log_format = choice(
+            args.log_format,
+            get("LOG_FORMAT"),
+            "LOG_FORMAT",
+            "text or json",
+            LogFormat::Text,
+        )?;
         let response_headers = if flag(
             args.limit_response_headers,
             "LIMIT_RESPONSE_HEADERS_ENABLED",
@@ -325,31 +373,63 @@ impl Settings {
                 defaults.max_entry_bytes,
             )?,
         };
-        let serve_defaults = ServeOptions::default();
-        let shutdown_grace = match (args.shutdown_grace, get("SHUTDOWN_GRACE")) {
-            (Some(grace), _) => grace,
-            (None, Some(value)) => {
-                parse_duration(value).map_err(|_| SettingsError::InvalidEnv {
-                    var: "SHUTDOWN_GRACE",
-                    value: value.to_owned(),
-                    expected: "a duration such as 10s or 500ms",
-                })?
+        let tls = if flag(args.grpc_server_use_tls, "GRPC_SERVER_USE_TLS")? {
+            let path = |arg: &Option<PathBuf>, var: &str| {
+                arg.clone().or_else(|| get(var).map(PathBuf::from))
+            };
+            let (Some(cert), Some(key)) = (
+                path(&args.grpc_server_tls_cert, "GRPC_SERVER_TLS_CERT"),
+                path(&args.grpc_server_tls_key, "GRPC_SERVER_TLS_KEY"),
+            ) else {
+                return Err(SettingsError::Missing {
+                    setting: "GRPC_SERVER_USE_TLS",
+                    needs: "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+                });
+            };
+            let client_ca = path(&args.grpc_client_tls_cacert, "GRPC_CLIENT_TLS_CACERT");
+            let client_san = args
+                .grpc_client_tls_san
+                .clone()
+                .or_else(|| get("GRPC_CLIENT_TLS_SAN").map(str::to_owned));
+            if client_san.is_some() && client_ca.is_none() {
+                return Err(SettingsError::Missing {
+                    setting: "GRPC_CLIENT_TLS_SAN",
+                    needs: "GRPC_CLIENT_TLS_CACERT",
+                });
             }
-            (None, None) => serve_defaults.shutdown_grace,
+            Some(TlsOptions {
+                cert,
+                key,
+                client_ca,
+                client_san,
+            })
+        } else {
+            // As the reference: without GRPC_SERVER_USE_TLS the other TLS
+            // settings are ignored.
+            None
         };
+        let serve_defaults = ServeOptions::default();
+        let shutdown_grace = duration(
+            args.shutdown_grace,
+            get("SHUTDOWN_GRACE"),
+            "SHUTDOWN_GRACE",
+            serve_defaults.shutdown_grace,
+        )?;
+        let poll_interval = duration(
+            args.config_poll_interval,
+            get("CONFIG_POLL_INTERVAL"),
+            "CONFIG_POLL_INTERVAL",
+            crate::config::DEFAULT_POLL_INTERVAL,
+        )?;
 
         let store_args = &args.store_args;
-        let failure_mode = match (store_args.on_store_error, get("FAILURE_MODE")) {
-            (Some(mode), _) => mode,
-            (None, Some(value)) => {
-                OnStoreError::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
-                    var: "FAILURE_MODE",
-                    value: value.to_owned(),
-                    expected: "error, allow or deny",
-                })?
-            }
-            (None, None) => OnStoreError::Error,
-        };
+        let failure_mode = choice(
+            store_args.on_store_error,
+            get("FAILURE_MODE"),
+            "FAILURE_MODE",
+            "error, allow or deny",
+            OnStoreError::Error,
+        )?;
         let redis = if store == StoreType::Redis {
             let main = redis_config(store_args, &get, "REDIS_")?;
             let per_second = if flag(store_args.redis_persecond, "REDIS_PERSECOND")? {
@@ -362,7 +442,38 @@ impl Settings {
             None
         };
 
+        let metrics_addr = if flag(args.use_prometheus, "USE_PROMETHEUS")? {
+            let text = args
+                .prometheus_addr
+                .clone()
+                .or_else(|| get("PROMETHEUS_ADDR").map(str::to_owned))
+                .unwrap_or_else(|| ":9090".to_owned());
+            Some(parse_listen_addr(&text).ok_or(SettingsError::InvalidEnv {
+                var: "PROMETHEUS_ADDR",
+                value: text,
+                expected: "an address such as :9090 or 127.0.0.1:9090",
+            })?)
+        } else {
+            None
+        };
+        let near_limit_ratio = pick(
+            args.near_limit_ratio,
+            get("NEAR_LIMIT_RATIO"),
+            "NEAR_LIMIT_RATIO",
+            "a ratio between 0 and 1",
+            |t| t.parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r)),
+            0.8,
+        )?;
+
         Ok(Self {
+            metrics_addr,
+            near_limit_ratio,
+            metrics_max_series: number(
+                args.metrics_max_series,
+                get("METRICS_MAX_SERIES"),
+                "METRICS_MAX_SERIES",
+                crate::metrics::DEFAULT_MAX_SERIES,
+            )?,
             redis,
             config_dir,
             ignore_dotfiles: flag(args.ignore_dotfiles, "RUNTIME_IGNOREDOTFILES")?,
@@ -376,6 +487,7 @@ impl Settings {
                 .or_else(|| get("LOG_LEVEL").map(str::to_ascii_lowercase))
                 .unwrap_or_else(|| "info".to_owned()),
             log_format,
+            config_poll_interval: poll_interval,
             limiter: LimiterOptions {
                 global_shadow_mode: flag(args.shadow_mode, "SHADOW_MODE")?,
                 global_quota_mode: flag(args.quota_mode, "QUOTA_MODE")?,
@@ -399,6 +511,16 @@ impl Settings {
             },
             serve: ServeOptions {
                 shutdown_grace,
+                healthy_only_with_rules: flag(
+                    args.healthy_with_at_least_one_config_loaded,
+                    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+                )?,
+                tls,
+                metrics_path: args
+                    .prometheus_path
+                    .clone()
+                    .or_else(|| get("PROMETHEUS_PATH").map(str::to_owned))
+                    .unwrap_or_else(|| "/metrics".to_owned()),
                 ..serve_defaults
             },
         })
@@ -421,38 +543,18 @@ fn redis_config<'a>(
     }
     .or_else(|| var("URL").map(str::to_owned))
     .unwrap_or_else(|| "127.0.0.1:6379".to_owned());
-    let mode = match (if main { args.redis_type } else { None }, var("TYPE")) {
-        (Some(t), _) => t,
-        (None, Some(value)) => {
-            RedisType::from_str(value, true).map_err(|_| SettingsError::InvalidEnv {
-                var: if main {
-                    "REDIS_TYPE"
-                } else {
-                    "REDIS_PERSECOND_TYPE"
-                },
-                value: value.to_owned(),
-                expected: "single, sentinel or cluster",
-            })?
-        }
-        (None, None) => RedisType::Single,
+    // Variable names must be 'static for error messages: pick the pair.
+    let name = |main_name: &'static str, second_name: &'static str| {
+        if main { main_name } else { second_name }
     };
-    let duration = |flag: Option<Duration>,
-                    name: &'static str,
-                    full: &'static str,
-                    default: Duration| match (flag.filter(|_| main), var(name)) {
-        (Some(d), _) => Ok(d),
-        (None, Some(value)) => parse_duration(value).map_err(|_| SettingsError::InvalidEnv {
-            var: full,
-            value: value.to_owned(),
-            expected: "a duration such as 100ms or 1s",
-        }),
-        (None, None) => Ok(default),
-    };
-    let pool_var = if main {
-        "REDIS_POOL_SIZE"
-    } else {
-        "REDIS_PERSECOND_POOL_SIZE"
-    };
+    let flag_of = |flag: Option<Duration>| flag.filter(|_| main);
+    let mode = choice(
+        if main { args.redis_type } else { None },
+        var("TYPE"),
+        name("REDIS_TYPE", "REDIS_PERSECOND_TYPE"),
+        "single, sentinel or cluster",
+        RedisType::Single,
+    )?;
     Ok(RedisConfig {
         mode: match mode {
             RedisType::Single => RedisMode::Single,
@@ -471,28 +573,20 @@ fn redis_config<'a>(
         pool_size: number(
             if main { args.redis_pool_size } else { None },
             var("POOL_SIZE"),
-            pool_var,
+            name("REDIS_POOL_SIZE", "REDIS_PERSECOND_POOL_SIZE"),
             2,
         )?
         .max(1),
         timeout: duration(
-            args.redis_timeout,
-            "TIMEOUT",
-            if main {
-                "REDIS_TIMEOUT"
-            } else {
-                "REDIS_PERSECOND_TIMEOUT"
-            },
+            flag_of(args.redis_timeout),
+            var("TIMEOUT"),
+            name("REDIS_TIMEOUT", "REDIS_PERSECOND_TIMEOUT"),
             Duration::from_millis(100),
         )?,
         connect_timeout: duration(
-            args.redis_connect_timeout,
-            "CONNECT_TIMEOUT",
-            if main {
-                "REDIS_CONNECT_TIMEOUT"
-            } else {
-                "REDIS_PERSECOND_CONNECT_TIMEOUT"
-            },
+            flag_of(args.redis_connect_timeout),
+            var("CONNECT_TIMEOUT"),
+            name("REDIS_CONNECT_TIMEOUT", "REDIS_PERSECOND_CONNECT_TIMEOUT"),
             Duration::from_secs(1),
         )?,
         key_prefix: args
@@ -500,30 +594,13 @@ fn redis_config<'a>(
             .clone()
             .or_else(|| get("CACHE_KEY_PREFIX").map(str::to_owned))
             .unwrap_or_default(),
-        expiration_jitter_max_secs: u64_setting(
+        expiration_jitter_max_secs: number(
             args.expiration_jitter_max_seconds,
             get("EXPIRATION_JITTER_MAX_SECONDS"),
             "EXPIRATION_JITTER_MAX_SECONDS",
             300,
         )?,
     })
-}
-
-fn u64_setting(
-    arg: Option<u64>,
-    env: Option<&str>,
-    var: &'static str,
-    default: u64,
-) -> Result<u64, SettingsError> {
-    match (arg, env) {
-        (Some(n), _) => Ok(n),
-        (None, Some(value)) => value.parse().map_err(|_| SettingsError::InvalidEnv {
-            var,
-            value: value.to_owned(),
-            expected: "a whole number",
-        }),
-        (None, None) => Ok(default),
-    }
 }
 
 /// The reference's rule directory, `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`,
@@ -570,20 +647,87 @@ fn addr_from_env<'a>(
     Ok(SocketAddr::new(host, port))
 }
 
-fn number(
-    arg: Option<usize>,
+/// A setting from its flag, else its environment variable read by `parse`,
+/// else `default`; a malformed variable is an error naming it.
+fn pick<T>(
+    flag: Option<T>,
     env: Option<&str>,
     var: &'static str,
-    default: usize,
-) -> Result<usize, SettingsError> {
-    match (arg, env) {
-        (Some(n), _) => Ok(n),
-        (None, Some(value)) => value.parse().map_err(|_| SettingsError::InvalidEnv {
+    expected: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+    default: T,
+) -> Result<T, SettingsError> {
+    match (flag, env) {
+        (Some(value), _) => Ok(value),
+        (None, Some(text)) => parse(text).ok_or_else(|| SettingsError::InvalidEnv {
             var,
-            value: value.to_owned(),
-            expected: "a whole number",
+            value: text.to_owned(),
+            expected,
         }),
         (None, None) => Ok(default),
+    }
+}
+
+/// A whole-number setting.
+fn number<T: std::str::FromStr>(
+    flag: Option<T>,
+    env: Option<&str>,
+    var: &'static str,
+    default: T,
+) -> Result<T, SettingsError> {
+    pick(
+        flag,
+        env,
+        var,
+        "a whole number",
+        |t| t.parse().ok(),
+        default,
+    )
+}
+
+/// A duration setting (`500ms`, `10s`, `5m`, `1h`).
+fn duration(
+    flag: Option<Duration>,
+    env: Option<&str>,
+    var: &'static str,
+    default: Duration,
+) -> Result<Duration, SettingsError> {
+    pick(
+        flag,
+        env,
+        var,
+        "a duration such as 500ms, 10s, 5m or 1h",
+        |t| parse_duration(t).ok(),
+        default,
+    )
+}
+
+/// A setting naming one of a fixed set of values (case-insensitive).
+fn choice<T: ValueEnum>(
+    flag: Option<T>,
+    env: Option<&str>,
+    var: &'static str,
+    expected: &'static str,
+    default: T,
+) -> Result<T, SettingsError> {
+    pick(
+        flag,
+        env,
+        var,
+        expected,
+        |t| T::from_str(t, true).ok(),
+        default,
+    )
+}
+
+/// Parses a listen address; `:port` (Go's form) means every interface.
+fn parse_listen_addr(text: &str) -> Option<SocketAddr> {
+    match text.strip_prefix(':') {
+        Some(port) => port
+            .parse()
+            .ok()
+            .map(|port| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)),
+        None => text.parse().ok(),
     }
 }
 
@@ -658,6 +802,40 @@ mod tests {
         assert_eq!(s.store, StoreType::Memory);
         assert_eq!(s.log_level, "info");
         assert_eq!(s.limiter, LimiterOptions::default());
+        assert!(!s.serve.healthy_only_with_rules);
+        assert_eq!(s.config_poll_interval, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn reload_and_health_settings() {
+        let s = resolve(
+            &[],
+            &[
+                ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
+                ("CONFIG_POLL_INTERVAL", "1s"),
+                ("RUNTIME_IGNOREDOTFILES", "true"),
+                ("RUNTIME_ROOT", "/srv/rt"),
+            ],
+        )
+        .unwrap();
+        assert!(s.serve.healthy_only_with_rules);
+        assert_eq!(s.config_dir, PathBuf::from("/srv/rt/config"));
+        assert_eq!(s.config_poll_interval, Duration::from_secs(1));
+        assert!(s.ignore_dotfiles);
+
+        let s = resolve(
+            &[
+                "--healthy-with-at-least-one-config-loaded=false",
+                "--config-poll-interval",
+                "100ms",
+            ],
+            &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")],
+        )
+        .unwrap();
+        assert!(!s.serve.healthy_only_with_rules);
+        assert_eq!(s.config_poll_interval, Duration::from_millis(100));
+        let err = resolve(&[], &[("CONFIG_POLL_INTERVAL", "soon")]).unwrap_err();
+        assert!(err.to_string().contains("CONFIG_POLL_INTERVAL"), "{err}");
     }
 
     #[test]
@@ -783,6 +961,32 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_and_metrics_settings() {
+        let s = resolve(
+            &[],
+            &[
+                ("USE_PROMETHEUS", "true"),
+                ("PROMETHEUS_ADDR", ":9191"),
+                ("PROMETHEUS_PATH", "/prom"),
+                ("NEAR_LIMIT_RATIO", "0.5"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.metrics_addr, Some("0.0.0.0:9191".parse().unwrap()));
+        assert_eq!(s.serve.metrics_path, "/prom");
+        assert!((s.near_limit_ratio - 0.5).abs() < f64::EPSILON);
+        let s = resolve(
+            &["--use-prometheus", "--prometheus-addr", "127.0.0.1:9"],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(s.metrics_addr, Some("127.0.0.1:9".parse().unwrap()));
+        assert!(resolve(&[], &[]).unwrap().metrics_addr.is_none());
+        let err = resolve(&[], &[("NEAR_LIMIT_RATIO", "2")]).unwrap_err();
+        assert!(err.to_string().contains("between 0 and 1"), "{err}");
+    }
+
+    #[test]
     fn bare_boolean_flag_means_true() {
         let s = resolve(&["--quota-mode"], &[]).unwrap();
         assert!(s.limiter.global_quota_mode);
@@ -802,6 +1006,60 @@ mod tests {
         );
         let err = resolve(&[], &[("BACKEND_TYPE", "memcache")]).unwrap_err();
         assert!(err.to_string().contains("memory or redis"));
+    }
+
+    #[test]
+    fn tls_settings() {
+        let s = resolve(&[], &[("GRPC_SERVER_TLS_CERT", "/c.pem")]).unwrap();
+        assert_eq!(s.serve.tls, None, "ignored without GRPC_SERVER_USE_TLS");
+
+        let s = resolve(
+            &["--grpc-client-tls-san", "client.example"],
+            &[
+                ("GRPC_SERVER_USE_TLS", "true"),
+                ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
+                ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
+                ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
+                ("GRPC_CLIENT_TLS_SAN", "other.example"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            s.serve.tls,
+            Some(TlsOptions {
+                cert: PathBuf::from("/tls/cert.pem"),
+                key: PathBuf::from("/tls/key.pem"),
+                client_ca: Some(PathBuf::from("/tls/ca.pem")),
+                client_san: Some("client.example".to_owned()),
+            })
+        );
+
+        let err = resolve(
+            &["--grpc-server-use-tls"],
+            &[("GRPC_SERVER_TLS_CERT", "/c")],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
+        );
+        let err = resolve(
+            &[
+                "--grpc-server-use-tls",
+                "--grpc-server-tls-cert",
+                "/c",
+                "--grpc-server-tls-key",
+                "/k",
+                "--grpc-client-tls-san",
+                "x",
+            ],
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GRPC_CLIENT_TLS_SAN needs GRPC_CLIENT_TLS_CACERT"
+        );
     }
 
     #[test]

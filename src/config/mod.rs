@@ -1,9 +1,10 @@
 //! Rule files: YAML in (`model`), validated into a descriptor [`Index`]
-//! (`validation`), looked up per request (`index`).
+//! (`validation`), looked up per request (`index`), reloaded when the rule
+//! directory changes (`watch`).
 //!
 //! Owns: everything about rule files, from the directory listing to the
 //! lookup of a request descriptor. Must not touch: process settings, counters,
-//! stores, time or the network. Only `model` and `validation` touch the YAML
+//! stores, time (beyond the watcher's poll interval) or the network. Only `model` and `validation` touch the YAML
 //! crate; `index` is pure lookup over prebuilt data.
 //!
 //! A load either produces a complete [`Index`] or a [`ConfigError`] listing
@@ -13,6 +14,8 @@
 mod index;
 mod model;
 mod validation;
+mod watch;
 
 pub use index::{Algorithm, DomainSummary, Index, Limit, Lookup, Match, PathStep, Policy, Rule};
 pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};
+pub use watch::{DEFAULT_POLL_INTERVAL, Fingerprint, Reload, ReloadStats, Watcher};

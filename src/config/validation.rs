@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// How a set of rule files is combined (process settings, not rule files).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadOptions {
     /// `MERGE_DOMAIN_CONFIG`: several files may declare the same domain; their
     /// descriptors are merged (a duplicate composite key is still an error).

@@ -1164,7 +1164,7 @@ descriptors:
         let mut req = request(vec![one("k20", "m")]);
         req.domain = "nowhere".into();
         l.should_rate_limit(&req).await.unwrap();
-        let text = l.metrics().render();
+        let text = l.metrics().render(None);
         assert!(
             text.contains("ratelimit_service_rate_limit_domain_not_found{domain=\"nowhere\"} 1"),
             "{text}"

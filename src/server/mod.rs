@@ -1,30 +1,35 @@
-//! Assembles the listeners: gRPC (RLS, health, reflection) and HTTP, serves
-//! them until shutdown, then drains within a grace period.
+//! Assembles the listeners: gRPC (RLS, health, reflection; plaintext or
+//! TLS) and HTTP, serves them until shutdown, then drains within a grace
+//! period. Owns the background tasks of a running server (memory sweeper,
+//! rule watcher, TLS certificate watcher), all on one `TaskTracker`.
 //!
 //! Shutdown order: health turns NOT_SERVING, listeners stop accepting,
 //! in-flight requests drain within `shutdown_grace`, background tasks are
 //! cancelled and awaited.
 
 mod grpc;
+mod health;
 mod http;
 pub mod proto;
+mod tls;
 
+use crate::config::{Fingerprint, LoadOptions, ReloadStats, Watcher};
 use crate::limiter::Limiter;
 use crate::store::StoreKind;
-use http::Health;
+use arc_swap::ArcSwap;
+use health::Health;
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+pub use tls::{TlsError, TlsOptions};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 use tracing::{Instrument as _, info, info_span, warn};
-
-/// gRPC health service names reported as SERVING / NOT_SERVING: the overall
-/// server ("") and the reference service's name.
-const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
 
 /// How often readiness of the store is checked until it is ready.
 const STORE_READY_POLL: Duration = Duration::from_millis(50);
@@ -38,17 +43,23 @@ const MEMORY_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 pub struct Listeners {
     /// gRPC listener (RLS, health, reflection).
     pub grpc: TcpListener,
-    /// HTTP listener (`/healthcheck`).
+    /// HTTP listener (`/healthcheck`, `/json`, `/rlconfig`, `/metrics`).
     pub http: TcpListener,
+    /// Separate metrics listener (`USE_PROMETHEUS` + `PROMETHEUS_ADDR`).
+    pub metrics: Option<TcpListener>,
 }
 
 impl Listeners {
-    /// Binds both addresses.
+    /// Binds the addresses (the metrics one when given).
     ///
     /// # Errors
     ///
     /// [`ServeError::Bind`] naming the address that could not be bound.
-    pub async fn bind(grpc: SocketAddr, http: SocketAddr) -> Result<Self, ServeError> {
+    pub async fn bind(
+        grpc: SocketAddr,
+        http: SocketAddr,
+        metrics: Option<SocketAddr>,
+    ) -> Result<Self, ServeError> {
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
@@ -57,17 +68,33 @@ impl Listeners {
         Ok(Self {
             grpc: bind(grpc).await?,
             http: bind(http).await?,
+            metrics: match metrics {
+                Some(addr) => Some(bind(addr).await?),
+                None => None,
+            },
         })
     }
 }
 
 /// Serving options that are not decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Longest time in-flight requests may take to drain on shutdown.
     pub shutdown_grace: Duration,
     /// Most concurrent requests per gRPC connection before load shedding.
     pub max_concurrent_per_connection: usize,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: report NOT_SERVING while
+    /// the rule index in force has no domain.
+    pub healthy_only_with_rules: bool,
+    /// Reload the rules from a directory when it changes; `None` serves the
+    /// limiter's index as it is.
+    pub reload: Option<ReloadOptions>,
+    /// Serve gRPC over TLS (certificates re-read when they change); `None`
+    /// serves plaintext.
+    pub tls: Option<TlsOptions>,
+    /// Path of the metrics on the separate metrics listener
+    /// (`PROMETHEUS_PATH`).
+    pub metrics_path: String,
 }
 
 impl Default for ServeOptions {
@@ -75,6 +102,46 @@ impl Default for ServeOptions {
         Self {
             shutdown_grace: Duration::from_secs(10),
             max_concurrent_per_connection: 1_024,
+            healthy_only_with_rules: false,
+            reload: None,
+            tls: None,
+            metrics_path: "/metrics".to_owned(),
+        }
+    }
+}
+
+/// Where reloaded rules come from, and how often to look.
+#[derive(Debug, Clone)]
+pub struct ReloadOptions {
+    /// Rule directory.
+    pub dir: PathBuf,
+    /// How its files are combined.
+    pub load: LoadOptions,
+    /// Time between two checks of the directory.
+    pub interval: Duration,
+    /// Reload outcome counters, updated by the watcher (shared so metrics
+    /// and tests can read them).
+    pub stats: Arc<ReloadStats>,
+    /// The directory as it was when the limiter's index was loaded: any
+    /// later difference triggers a reload.
+    pub baseline: Fingerprint,
+}
+
+impl ReloadOptions {
+    /// Reloads from `dir` with `load`, checking every
+    /// [`DEFAULT_POLL_INTERVAL`](crate::config::DEFAULT_POLL_INTERVAL).
+    ///
+    /// Takes the directory's [`Fingerprint`] now: call it *before* loading
+    /// the initial index, so a change made during that load is not missed.
+    /// Blocking file I/O.
+    pub fn new(dir: PathBuf, load: LoadOptions) -> Self {
+        let baseline = Fingerprint::of(&dir);
+        Self {
+            dir,
+            load,
+            interval: crate::config::DEFAULT_POLL_INTERVAL,
+            stats: Arc::default(),
+            baseline,
         }
     }
 }
@@ -103,6 +170,9 @@ pub enum ServeError {
     /// The reflection service could not be built from the descriptor set.
     #[error("cannot build grpc reflection service")]
     Reflection(#[source] tonic_reflection::server::Error),
+    /// The gRPC TLS configuration could not be built.
+    #[error("cannot set up grpc tls")]
+    Tls(#[source] TlsError),
 }
 
 /// Serves `limiter` on `listeners` until `shutdown` is cancelled, then
@@ -122,41 +192,8 @@ pub async fn serve(
     let shutdown = shutdown.child_token();
     let grpc_addr = listeners.grpc.local_addr().map_err(ServeError::LocalAddr)?;
     let http_addr = listeners.http.local_addr().map_err(ServeError::LocalAddr)?;
-    let tracker = TaskTracker::new();
-    spawn_background(&tracker, &limiter, &shutdown);
-
-    // Health starts NOT_SERVING and turns SERVING once the store is ready
-    // (Redis connected), so probes never route traffic to an instance that
-    // can only answer UNAVAILABLE.
-    let health = Health::default();
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    for name in HEALTH_SERVICES {
-        health_reporter
-            .set_service_status(name, tonic_health::ServingStatus::NotServing)
-            .await;
-    }
-    tracker.spawn({
-        let (limiter, health, reporter) =
-            (limiter.clone(), health.clone(), health_reporter.clone());
-        let shutdown = shutdown.clone();
-        async move {
-            let mut poll = tokio::time::interval(STORE_READY_POLL);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    _ = poll.tick() => if limiter.store().is_ready() { break },
-                }
-            }
-            health.set_serving(true);
-            for name in HEALTH_SERVICES {
-                reporter
-                    .set_service_status(name, tonic_health::ServingStatus::Serving)
-                    .await;
-            }
-            info!("store ready; serving");
-        }
-    });
-
+    // Everything that can fail is built before the first task is spawned,
+    // so an early return leaves nothing running.
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
         .build_v1()
@@ -166,41 +203,102 @@ pub async fn serve(
         .build_v1alpha()
         .map_err(ServeError::Reflection)?;
 
+    let tracker = TaskTracker::new();
+    let tls_config = match &options.tls {
+        Some(tls_options) => {
+            let (config, digest) = tls::load(tls_options).map_err(ServeError::Tls)?;
+            let config = Arc::new(ArcSwap::new(config));
+            tracker.spawn(
+                tls::watch(
+                    tls_options.clone(),
+                    config.clone(),
+                    digest,
+                    shutdown.clone(),
+                )
+                .instrument(info_span!("tls_watch")),
+            );
+            Some(config)
+        }
+        None => None,
+    };
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let health = Health::new(
+        health_reporter,
+        options.healthy_only_with_rules,
+        &limiter.rules().load(),
+        limiter.store().is_ready(),
+    );
+    health.set_started(true).await;
+    spawn_background(&tracker, &limiter, &options, &health, &shutdown);
+
     // Both servers stop accepting only once health has been switched off,
     // so a load balancer polling health sees NOT_SERVING before connections
     // close.
     let draining = CancellationToken::new();
     tracker.spawn({
         let (shutdown, draining, health) = (shutdown.clone(), draining.clone(), health.clone());
-        let reporter = health_reporter.clone();
         async move {
             shutdown.cancelled().await;
             info!("shutdown started");
-            health.set_serving(false);
-            for name in HEALTH_SERVICES {
-                reporter
-                    .set_service_status(name, tonic_health::ServingStatus::NotServing)
-                    .await;
-            }
+            health.set_started(false).await;
             draining.cancel();
         }
     });
 
-    let grpc = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(options.max_concurrent_per_connection)
         .load_shed(true)
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(RateLimitServiceServer::new(grpc::RlsService::new(limiter)))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
-            draining.clone().cancelled_owned(),
+        .add_service(RateLimitServiceServer::new(grpc::RlsService::new(
+            limiter.clone(),
+        )));
+    let grpc_stop = draining.clone().cancelled_owned();
+    // One boxed future either way: the plaintext and TLS incoming streams
+    // have different types.
+    let grpc: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
+        match tls_config {
+            Some(config) => {
+                let (incoming, accept_loop) =
+                    tls::incoming(listeners.grpc, config, draining.clone());
+                tracker.spawn(accept_loop.instrument(info_span!("grpc_tls_accept")));
+                Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
+            }
+            None => Box::pin(router.serve_with_incoming_shutdown(
+                TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
+                grpc_stop,
+            )),
+        };
+    let reloads = options.reload.as_ref().map(|r| r.stats.clone());
+    if let Some(listener) = listeners.metrics {
+        let router = http::metrics_router(
+            health.clone(),
+            limiter.clone(),
+            reloads.clone(),
+            &options.metrics_path,
         );
-    let http = axum::serve(listeners.http, http::router(health))
+        let stop = draining.clone().cancelled_owned();
+        tracker.spawn(
+            async move {
+                if let Err(err) = axum::serve(listener, router)
+                    .with_graceful_shutdown(stop)
+                    .await
+                {
+                    warn!(
+                        error = &err as &dyn std::error::Error,
+                        "metrics listener failed"
+                    );
+                }
+            }
+            .instrument(info_span!("metrics_listener")),
+        );
+    }
+    let http = axum::serve(listeners.http, http::router(health, limiter, reloads))
         .with_graceful_shutdown(draining.clone().cancelled_owned());
 
-    info!(grpc.addr = %grpc_addr, http.addr = %http_addr, "listening");
+    info!(grpc.addr = %grpc_addr, grpc.tls = options.tls.is_some(), http.addr = %http_addr, "listening");
     let servers = async {
         tokio::try_join!(async { grpc.await.map_err(ServeError::Grpc) }, async {
             http.await.map_err(ServeError::Http)
@@ -228,8 +326,28 @@ pub async fn serve(
 fn spawn_background(
     tracker: &TaskTracker,
     limiter: &Arc<Limiter<StoreKind>>,
+    options: &ServeOptions,
+    health: &Health,
     shutdown: &CancellationToken,
 ) {
+    if let Some(reload) = &options.reload {
+        let watcher = Watcher::new(
+            reload.dir.clone(),
+            reload.load.clone(),
+            limiter.rules().clone(),
+            reload.stats.clone(),
+            reload.baseline.clone(),
+        );
+        let health = health.clone();
+        tracker.spawn(
+            watcher
+                .run(reload.interval, shutdown.clone(), move |index| {
+                    let health = health.clone();
+                    async move { health.set_rules(&index).await }
+                })
+                .instrument(info_span!("config_watch")),
+        );
+    }
     match limiter.store() {
         StoreKind::Memory(store) => {
             let store = store.clone();
@@ -260,5 +378,22 @@ fn spawn_background(
                     .instrument(info_span!("redis_connection")),
             );
         }
+    }
+    if !limiter.store().is_ready() {
+        // Health stays NOT_SERVING until the store is connected, so probes
+        // never route traffic to an instance that can only answer
+        // UNAVAILABLE.
+        let (limiter, health, shutdown) = (limiter.clone(), health.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            let mut poll = tokio::time::interval(STORE_READY_POLL);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = poll.tick() => if limiter.store().is_ready() { break },
+                }
+            }
+            health.set_store_ready(true).await;
+            info!("store ready; serving");
+        });
     }
 }

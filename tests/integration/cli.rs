@@ -163,3 +163,65 @@ fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     stream.read_to_string(&mut response)?;
     Ok(response)
 }
+
+#[test]
+fn serve_with_an_unreadable_tls_certificate_exits_1() {
+    let out = floodgate()
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--grpc-server-use-tls",
+            "--grpc-server-tls-cert",
+            "/nonexistent/tls.crt",
+            "--grpc-server-tls-key",
+            "/nonexistent/tls.key",
+            "--config-dir",
+        ])
+        .arg(repo("examples/config"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "cannot set up grpc tls: cannot read tls certificate file /nonexistent/tls.crt"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn kubernetes_configmap_rules_are_valid() {
+    use serde::Deserialize as _;
+    let text = std::fs::read_to_string(repo("deploy/kubernetes.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = 0;
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let doc = serde_yaml_ng::Value::deserialize(doc).unwrap();
+        if doc["kind"].as_str() != Some("ConfigMap") {
+            continue;
+        }
+        for (name, body) in doc["data"].as_mapping().unwrap() {
+            std::fs::write(
+                dir.path().join(name.as_str().unwrap()),
+                body.as_str().unwrap(),
+            )
+            .unwrap();
+            files += 1;
+        }
+    }
+    assert!(files > 0, "no ConfigMap data in deploy/kubernetes.yaml");
+    let out = floodgate()
+        .arg("check-config")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -8,4 +8,7 @@ mod support;
 mod cli;
 mod conformance;
 mod grpc;
+mod http;
 mod redis;
+mod reload;
+mod tls;

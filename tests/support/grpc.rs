@@ -46,10 +46,27 @@ impl TestServer {
         clock: Arc<dyn Clock>,
         options: LimiterOptions,
     ) -> Self {
+        let serve_options = ServeOptions {
+            shutdown_grace: Duration::from_secs(5),
+            ..ServeOptions::default()
+        };
+        Self::start_with(index, store, clock, options, serve_options).await
+    }
+
+    /// Serves `index` with explicit serving options (rule reload, health
+    /// policy).
+    pub async fn start_with(
+        index: Index,
+        store: StoreKind,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+        serve_options: ServeOptions,
+    ) -> Self {
         super::init_tracing();
         let listeners = Listeners {
             grpc: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
             http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            metrics: None,
         };
         let grpc_addr = listeners.grpc.local_addr().unwrap();
         let http_addr = listeners.http.local_addr().unwrap();
@@ -60,10 +77,6 @@ impl TestServer {
             options,
         ));
         let token = CancellationToken::new();
-        let serve_options = ServeOptions {
-            shutdown_grace: Duration::from_secs(5),
-            ..ServeOptions::default()
-        };
         let handle = tokio::spawn(serve(
             limiter.clone(),
             listeners,

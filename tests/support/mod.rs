@@ -3,7 +3,9 @@
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
 pub mod grpc;
+pub mod http;
 pub mod redis;
+pub mod tls;
 
 use std::sync::Once;
 

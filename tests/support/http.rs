@@ -1,0 +1,42 @@
+//! A minimal HTTP/1.1 client for the HTTP port: one request per connection.
+
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// An HTTP answer: status code, headers block and body.
+#[derive(Debug)]
+pub struct HttpAnswer {
+    pub status: u16,
+    pub headers: String,
+    pub body: String,
+}
+
+/// Sends `method path` with an optional body and reads the whole answer.
+pub async fn send(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> HttpAnswer {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = body.unwrap_or("");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    HttpAnswer {
+        status,
+        headers: head.to_owned(),
+        body: body.to_owned(),
+    }
+}
+
+/// `GET path`.
+pub async fn get(addr: SocketAddr, path: &str) -> HttpAnswer {
+    send(addr, "GET", path, None).await
+}
+
+/// `POST path` with a JSON body.
+pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> HttpAnswer {
+    send(addr, "POST", path, Some(body)).await
+}
