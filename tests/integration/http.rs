@@ -147,3 +147,48 @@ async fn rlconfig_lists_one_line_per_rule() {
     assert_eq!((health.status, health.body.as_str()), (200, "OK"));
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn metrics_count_a_known_sequence_exactly() {
+    let rules = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 20}\n";
+    let server = TestServer::start(
+        index(&[("edge.yaml", rules)]),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(ManualClock::new(UnixMillis::from_secs(1_700_000_040))),
+        LimiterOptions::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    for _ in 0..25 {
+        crate::support::grpc::ask(
+            &mut client,
+            crate::support::grpc::request("edge", &[&[("user", "alice")]]),
+        )
+        .await;
+    }
+    crate::support::grpc::ask(
+        &mut client,
+        crate::support::grpc::request("nowhere", &[&[("k", "v")]]),
+    )
+    .await;
+    let answer = get(server.http_addr, "/metrics").await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.headers.contains("text/plain"), "{}", answer.headers);
+    for line in [
+        "ratelimit_service_rate_limit_total_hits{domain=\"edge\",key=\"user\"} 25",
+        "ratelimit_service_rate_limit_within_limit{domain=\"edge\",key=\"user\"} 20",
+        "ratelimit_service_rate_limit_over_limit{domain=\"edge\",key=\"user\"} 5",
+        "ratelimit_service_rate_limit_near_limit{domain=\"edge\",key=\"user\"} 4",
+        "ratelimit_service_rate_limit_domain_not_found{domain=\"nowhere\"} 1",
+        "ratelimit_server_should_rate_limit_total_requests 26",
+        "ratelimit_server_should_rate_limit_response_time_seconds_count 26",
+        "ratelimit_server_should_rate_limit_in_flight 0",
+    ] {
+        assert!(
+            answer.body.lines().any(|l| l == line),
+            "missing `{line}` in:\n{}",
+            answer.body
+        );
+    }
+    server.shutdown().await;
+}
