@@ -7,5 +7,6 @@ mod support;
 
 mod cli;
 mod conformance;
+mod e2e;
 mod grpc;
 mod redis;
