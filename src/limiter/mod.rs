@@ -483,7 +483,7 @@ impl<S: Store> Limiter<S> {
                     );
                     for &s in &sent {
                         if let Plan::Limited { limits, .. } = &plans[slots[s].plan] {
-                            let limit = &limits[slots[s].base.min(limits.len() - 1)];
+                            let limit = &limits[slots[s].base.min(limits.len().saturating_sub(1))];
                             slots[s].outcome = Some(failure_outcome(limit, over));
                         }
                     }
@@ -600,7 +600,7 @@ impl<S: Store> Limiter<S> {
                         // Every slot gets an outcome; a missing one would be
                         // a store bug, answered as a fresh window.
                         let at = (slot.base + slot.outcome.map_or(0, |o| o.limit_index))
-                            .min(limits.len() - 1);
+                            .min(limits.len().saturating_sub(1));
                         let outcome = slot
                             .outcome
                             .unwrap_or_else(|| failure_outcome(&limits[at], false));

@@ -213,16 +213,28 @@ async fn health_and_reflection_are_served() {
     let (server, _) = start(LimiterOptions::default()).await;
     let channel = server.channel().await;
     let mut health = HealthClient::new(channel.clone());
+    // Health turns SERVING once a background task has seen the store ready,
+    // which can be just after the listener accepts: wait for it, bounded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     for service in ["", "ratelimit"] {
-        let status = health
-            .check(HealthCheckRequest {
-                service: service.to_owned(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status;
-        assert_eq!(status, ServingStatus::Serving as i32, "service '{service}'");
+        loop {
+            let status = health
+                .check(HealthCheckRequest {
+                    service: service.to_owned(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status;
+            if status == ServingStatus::Serving as i32 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "service '{service}' never SERVING (last status {status})"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     let mut reflection = ServerReflectionClient::new(channel);

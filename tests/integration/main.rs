@@ -7,6 +7,7 @@ mod support;
 
 mod cli;
 mod conformance;
+mod e2e;
 mod grpc;
 mod http;
 mod redis;

@@ -12,7 +12,7 @@ use floodgate::server::{Listeners, ServeError, ServeOptions, serve};
 use floodgate::store::StoreKind;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -46,11 +46,7 @@ impl TestServer {
         clock: Arc<dyn Clock>,
         options: LimiterOptions,
     ) -> Self {
-        let serve_options = ServeOptions {
-            shutdown_grace: Duration::from_secs(5),
-            ..ServeOptions::default()
-        };
-        Self::start_with(index, store, clock, options, serve_options).await
+        Self::start_with(index, store, clock, options, default_serve_options()).await
     }
 
     /// Serves `index` with explicit serving options (rule reload, health
@@ -62,9 +58,36 @@ impl TestServer {
         options: LimiterOptions,
         serve_options: ServeOptions,
     ) -> Self {
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve_on(grpc, index, store, clock, options, serve_options).await
+    }
+
+    /// Like [`TestServer::start`], but with the gRPC listener on `grpc_addr`
+    /// (a port a previous server used, e.g. to restart behind an Envoy that
+    /// knows that port). Binding retries briefly in case the old socket is
+    /// still being released.
+    pub async fn start_on(
+        grpc_addr: SocketAddr,
+        index: Index,
+        store: StoreKind,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+    ) -> Self {
+        let grpc = bind_retrying(grpc_addr).await;
+        Self::serve_on(grpc, index, store, clock, options, default_serve_options()).await
+    }
+
+    async fn serve_on(
+        grpc: tokio::net::TcpListener,
+        index: Index,
+        store: StoreKind,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+        serve_options: ServeOptions,
+    ) -> Self {
         super::init_tracing();
         let listeners = Listeners {
-            grpc: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            grpc,
             http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
             metrics: None,
         };
@@ -119,9 +142,32 @@ impl TestServer {
     }
 }
 
+/// Serving options for tests: a short drain.
+fn default_serve_options() -> ServeOptions {
+    ServeOptions {
+        shutdown_grace: Duration::from_secs(5),
+        ..ServeOptions::default()
+    }
+}
+
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.token.cancel();
+    }
+}
+
+/// Binds `addr`, retrying for up to 5 s while it is still in use.
+pub async fn bind_retrying(addr: SocketAddr) -> tokio::net::TcpListener {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => return listener,
+            Err(err) if Instant::now() < deadline => {
+                tracing::debug!(error = %err, %addr, "port busy; retrying bind");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(err) => panic!("cannot bind {addr}: {err}"),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! loopback ports, started and stopped by each test.
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
+pub mod envoy;
 pub mod grpc;
 pub mod http;
 pub mod redis;

@@ -1,0 +1,86 @@
+//! The speed ceiling for bench/run.sh: a tonic RLS server that answers OK
+//! to every `ShouldRateLimit` without any work (no matching, no counting),
+//! served like floodgate (multi-threaded runtime, TCP_NODELAY). Whatever
+//! floodgate reaches is measured against what this reaches under the same
+//! load.
+//!
+//! ```text
+//! ceiling [ADDR]        # default 127.0.0.1:8091
+//! ```
+#![allow(clippy::print_stderr)] // a command-line tool
+
+use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus,
+};
+use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use floodgate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+/// Answers OK, one OK status per descriptor.
+#[derive(Debug)]
+struct Ceiling;
+
+#[tonic::async_trait]
+impl RateLimitService for Ceiling {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let statuses = request
+            .get_ref()
+            .descriptors
+            .iter()
+            .map(|_| DescriptorStatus {
+                code: Code::Ok.into(),
+                ..DescriptorStatus::default()
+            })
+            .collect();
+        Ok(Response::new(RateLimitResponse {
+            overall_code: Code::Ok.into(),
+            statuses,
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let addr: SocketAddr = match std::env::args().nth(1).map_or_else(
+        || Ok(SocketAddr::from(([127, 0, 0, 1], 8091))),
+        |arg| arg.parse(),
+    ) {
+        Ok(addr) => addr,
+        Err(err) => {
+            eprintln!("error: bad address: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            eprintln!("error: cannot listen on {addr}: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(RateLimitServiceServer::new(Ceiling))
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+        )
+        .await;
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: server failed: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
