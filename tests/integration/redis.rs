@@ -480,3 +480,57 @@ async fn sentinel_mode_follows_the_master_through_a_failover() {
     server.shutdown().await;
     drop((sentinel, master));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushed_scripts_are_reloaded_and_each_hit_counts_once() {
+    let redis = RedisServer::start();
+    let server = serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    let r = ask(
+        &mut client,
+        request("edge", &[&[("user", "s")], &[("api", "s")]]),
+    )
+    .await;
+    assert_eq!(r.statuses[0].limit_remaining, 2);
+    redis.cli(&["SCRIPT", "FLUSH"]).unwrap();
+    let r = ask(
+        &mut client,
+        request("edge", &[&[("user", "s")], &[("api", "s")]]),
+    )
+    .await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(
+        r.statuses[0].limit_remaining, 1,
+        "counted exactly once after NOSCRIPT"
+    );
+    assert_eq!(r.statuses[1].limit_remaining, 998);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_reloads_flushed_scripts_on_every_node() {
+    let cluster = tokio::task::spawn_blocking(|| crate::support::redis::RedisCluster::start(3))
+        .await
+        .unwrap();
+    let server = serve(
+        connected(redis_config(RedisMode::Cluster, cluster.seeds())).await,
+        LimiterOptions::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    let users: Vec<String> = (0..6).map(|i| format!("u{i}")).collect();
+    let descriptors: Vec<[(&str, &str); 1]> =
+        users.iter().map(|u| [("user", u.as_str())]).collect();
+    let all: Vec<&[(&str, &str)]> = descriptors.iter().map(|d| &d[..]).collect();
+    ask(&mut client, request("edge", &all)).await;
+    for node in &cluster.nodes {
+        node.cli(&["SCRIPT", "FLUSH"]).unwrap();
+    }
+    let r = ask(&mut client, request("edge", &all)).await;
+    assert!(r.statuses.iter().all(|s| s.limit_remaining == 1), "{r:?}");
+    server.shutdown().await;
+}

@@ -24,6 +24,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, ConnectionInfo, IntoConnectionInfo as _, RedisError, RedisResult};
+use std::fmt::Write as _;
 use std::hash::{BuildHasher as _, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -282,88 +283,91 @@ impl RedisStore {
         self.inner.jitter_seed.hash_one((n, "nonce"))
     }
 
-    /// The script call for one operation.
-    fn call(&self, op: &Op, now: UnixMillis, refuse_over: bool) -> Call {
+    /// The EVALSHA command for one operation, and (when the batch may have
+    /// to be refused as a whole) how to undo it. Arguments are written
+    /// straight into the command: no intermediate strings.
+    fn call(&self, op: &Op, now: UnixMillis, refuse_over: bool) -> (redis::Cmd, Option<Undo>) {
         let keys = &self.inner.keys;
         let now_us = now.0.saturating_mul(1_000);
-        let hits = op.hits.to_string();
-        match op.spec {
-            Spec::FixedWindow { window, limit } => Call {
-                script: &scripts::FIXED_WINDOW,
-                key: keys.fixed_window(&op.id, window.window_secs(), window.window_start(now)),
-                args: vec![
-                    hits,
-                    self.ttl_secs(window.window_secs()).to_string(),
-                    limit.to_string(),
-                    if refuse_over { "1" } else { "0" }.to_owned(),
-                ],
-                undo: Undo::Decrement(op.hits),
-            },
+        let (script, key, undo_amount) = match op.spec {
+            Spec::FixedWindow { window, .. } => (
+                &*scripts::FIXED_WINDOW,
+                keys.fixed_window(&op.id, window.window_secs(), window.window_start(now)),
+                op.hits,
+            ),
             Spec::SlidingWindow(sw) => {
-                let base = keys.sliding_base(&op.id, sw.bucket_secs());
-                let start = sw.bucket_start(now);
-                let mut args = vec![
-                    hits,
-                    base.clone(),
-                    start.to_string(),
-                    sw.bucket_secs().to_string(),
-                    sw.buckets().to_string(),
-                    sw.ttl_secs().to_string(),
-                    if sw.count_rejected() && !refuse_over {
-                        "1"
-                    } else {
-                        "0"
-                    }
-                    .to_owned(),
-                ];
+                let mut key = keys.sliding_base(&op.id, sw.bucket_secs());
+                // Infallible: writing to a String cannot fail.
+                let _ = write!(key, "{}", sw.bucket_start(now));
+                (&*scripts::SLIDING_WINDOW, key, op.hits)
+            }
+            Spec::SlidingLog(_) => (&*scripts::SLIDING_LOG, keys.sliding_log(&op.id), 0),
+            Spec::Gcra(gcra) => (
+                &*scripts::GCRA,
+                keys.gcra(&op.id, gcra.interval_us(), gcra.burst()),
+                op.hits.saturating_mul(gcra.interval_us()),
+            ),
+        };
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(1).arg(key.as_str());
+        let mut members = None;
+        match op.spec {
+            Spec::FixedWindow { window, limit } => {
+                cmd.arg(op.hits)
+                    .arg(self.ttl_secs(window.window_secs()))
+                    .arg(limit)
+                    .arg(u8::from(refuse_over));
+            }
+            Spec::SlidingWindow(sw) => {
+                cmd.arg(op.hits)
+                    .arg(keys.sliding_base(&op.id, sw.bucket_secs()))
+                    .arg(sw.bucket_start(now))
+                    .arg(sw.bucket_secs())
+                    .arg(sw.buckets())
+                    .arg(sw.ttl_secs())
+                    .arg(u8::from(sw.count_rejected() && !refuse_over));
                 for &(limit, window_secs) in sw.limits() {
-                    args.push(limit.to_string());
-                    args.push(window_secs.div_ceil(sw.bucket_secs()).max(1).to_string());
-                }
-                Call {
-                    script: &scripts::SLIDING_WINDOW,
-                    key: format!("{base}{start}"),
-                    args,
-                    undo: Undo::Decrement(op.hits),
+                    cmd.arg(limit)
+                        .arg(window_secs.div_ceil(sw.bucket_secs()).max(1));
                 }
             }
             Spec::SlidingLog(sl) => {
                 let prefix = format!("{now_us}:{:x}:", self.nonce());
-                let trim = now_us.saturating_sub(sl.longest_ms().saturating_mul(1_000));
-                let mut args = vec![
-                    hits,
-                    now_us.to_string(),
-                    sl.longest_ms().max(1).to_string(),
-                    trim.to_string(),
-                    prefix.clone(),
-                ];
+                cmd.arg(op.hits)
+                    .arg(now_us)
+                    .arg(sl.longest_ms().max(1))
+                    .arg(now_us.saturating_sub(sl.longest_ms().saturating_mul(1_000)))
+                    .arg(prefix.as_str());
                 for &(limit, window_ms) in sl.limits() {
-                    args.push(limit.to_string());
-                    args.push(format!(
+                    cmd.arg(limit).arg(format!(
                         "({}",
                         now_us.saturating_sub(window_ms.saturating_mul(1_000))
                     ));
                 }
-                Call {
-                    script: &scripts::SLIDING_LOG,
-                    key: keys.sliding_log(&op.id),
-                    args,
-                    undo: Undo::Members((1..=op.hits).map(|k| format!("{prefix}{k}")).collect()),
+                if refuse_over {
+                    members = Some((1..=op.hits).map(|k| format!("{prefix}{k}")).collect());
                 }
             }
-            Spec::Gcra(gcra) => Call {
-                script: &scripts::GCRA,
-                key: keys.gcra(&op.id, gcra.interval_us(), gcra.burst()),
-                args: vec![
-                    now_us.to_string(),
-                    gcra.interval_us().to_string(),
-                    gcra.capacity_us().to_string(),
-                    hits,
-                    u64::from(!gcra.denies_all()).to_string(),
-                ],
-                undo: Undo::Decrement(op.hits.saturating_mul(gcra.interval_us())),
-            },
+            Spec::Gcra(gcra) => {
+                cmd.arg(now_us)
+                    .arg(gcra.interval_us())
+                    .arg(gcra.capacity_us())
+                    .arg(op.hits)
+                    .arg(u8::from(!gcra.denies_all()));
+            }
         }
+        let undo = if refuse_over {
+            Some(match members {
+                Some(members) => Undo::Members { key, members },
+                None => Undo::Decrement {
+                    key,
+                    amount: undo_amount,
+                },
+            })
+        } else {
+            None
+        };
+        (cmd, undo)
     }
 
     async fn run(
@@ -372,18 +376,12 @@ impl RedisStore {
         batch: Batch,
         now: UnixMillis,
     ) -> RedisResult<Vec<Outcome>> {
-        let calls: Vec<Call> = batch
+        let (cmds, undos): (Vec<redis::Cmd>, Vec<Option<Undo>>) = batch
             .ops
             .iter()
             .map(|op| self.call(op, now, batch.stop_when_over))
-            .collect();
-        let replies = execute(
-            connection,
-            calls
-                .iter()
-                .map(|c| (c.script, c.key.as_str(), &c.args[..])),
-        )
-        .await?;
+            .unzip();
+        let replies = execute(connection, cmds).await?;
         let mut outcomes: Vec<Outcome> = batch
             .ops
             .iter()
@@ -391,86 +389,141 @@ impl RedisStore {
             .map(|(op, reply)| outcome(op, reply, now))
             .collect();
         if batch.stop_when_over && outcomes.iter().any(|o| o.over_limit) {
-            self.take_back(connection, &batch.ops, &calls, &mut outcomes, now)
-                .await?;
+            take_back(connection, &batch.ops, &undos, &mut outcomes, now).await?;
         }
         Ok(outcomes)
     }
-
-    /// Undoes the counted operations of a batch refused as a whole.
-    async fn take_back(
-        &self,
-        connection: &Connection,
-        ops: &[Op],
-        calls: &[Call],
-        outcomes: &mut [Outcome],
-        now: UnixMillis,
-    ) -> RedisResult<()> {
-        let undo: Vec<usize> = (0..ops.len())
-            .filter(|&i| outcomes[i].counted && ops[i].hits > 0)
-            .collect();
-        if undo.is_empty() {
-            return Ok(());
-        }
-        let commands: Vec<(&'static redis::Script, &str, Vec<String>)> = undo
-            .iter()
-            .map(|&i| {
-                let call = &calls[i];
-                match &call.undo {
-                    Undo::Decrement(amount) => (
-                        &*scripts::TAKE_BACK,
-                        call.key.as_str(),
-                        vec![amount.to_string()],
-                    ),
-                    Undo::Members(members) => {
-                        (&*scripts::TAKE_BACK_LOG, call.key.as_str(), members.clone())
-                    }
-                }
-            })
-            .collect();
-        execute(
-            connection,
-            commands.iter().map(|(s, k, a)| (*s, *k, &a[..])),
-        )
-        .await?;
-        for &i in &undo {
-            outcomes[i] = super::taken_back(&ops[i], outcomes[i], now);
-        }
-        Ok(())
-    }
 }
 
-/// Runs script calls `(script, key, args)` in one round trip: one pipeline
-/// on a standalone or Sentinel connection; concurrent calls on a Cluster
-/// (each routed to its key's node, pipelined per node by the client).
-async fn execute<'a>(
+/// Undoes the counted operations of a batch refused as a whole.
+async fn take_back(
     connection: &Connection,
-    calls: impl Iterator<Item = (&'static redis::Script, &'a str, &'a [String])>,
-) -> RedisResult<Vec<Vec<i64>>> {
-    match connection {
-        Connection::Pool(pool) => {
-            let mut pipe = redis::pipe();
-            for (script, key, args) in calls {
-                pipe.add_command(eval_cmd(script, key, args));
+    ops: &[Op],
+    undos: &[Option<Undo>],
+    outcomes: &mut [Outcome],
+    now: UnixMillis,
+) -> RedisResult<()> {
+    let undo: Vec<usize> = (0..ops.len())
+        .filter(|&i| outcomes[i].counted && ops[i].hits > 0)
+        .collect();
+    let cmds: Vec<redis::Cmd> = undo
+        .iter()
+        .filter_map(|&i| undos[i].as_ref())
+        .map(|undo| {
+            let mut cmd = redis::cmd("EVALSHA");
+            match undo {
+                Undo::Decrement { key, amount } => {
+                    cmd.arg(scripts::TAKE_BACK.get_hash())
+                        .arg(1)
+                        .arg(key.as_str())
+                        .arg(*amount);
+                }
+                Undo::Members { key, members } => {
+                    cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
+                        .arg(1)
+                        .arg(key.as_str())
+                        .arg(members);
+                }
             }
-            let values: Vec<redis::Value> = query_pipeline(&mut pool.pick(), &pipe).await?;
-            Ok(values.iter().map(integers).collect())
+            cmd
+        })
+        .collect();
+    if cmds.is_empty() {
+        return Ok(());
+    }
+    execute(connection, cmds).await?;
+    for &i in &undo {
+        outcomes[i] = super::taken_back(&ops[i], outcomes[i], now);
+    }
+    Ok(())
+}
+
+/// Runs EVALSHA commands in one round trip: one pipeline on a standalone or
+/// Sentinel connection; concurrent commands on a Cluster (each routed to its
+/// key's node, pipelined per node by the client). Commands that meet
+/// NOSCRIPT (Redis restarted, failed over or flushed its scripts) are run
+/// again, alone, once the scripts are loaded: the others already counted.
+async fn execute(connection: &Connection, cmds: Vec<redis::Cmd>) -> RedisResult<Vec<Vec<i64>>> {
+    let values = match connection {
+        Connection::Pool(pool) => {
+            let mut conn = pool.pick();
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for cmd in cmds {
+                pipe.add_command(cmd);
+            }
+            let mut values: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+            let missing = noscript(&values);
+            if !missing.is_empty() {
+                load_scripts(&mut conn).await?;
+                let mut again = redis::pipe();
+                again.ignore_errors();
+                for (i, cmd) in pipe.cmd_iter().enumerate() {
+                    if missing.contains(&i) {
+                        again.add_command(cmd.clone());
+                    }
+                }
+                let retried: Vec<redis::Value> = again.query_async(&mut conn).await?;
+                for (i, value) in missing.into_iter().zip(retried) {
+                    values[i] = value;
+                }
+            }
+            values
         }
         Connection::Cluster(cluster) => {
-            let calls = calls.map(|(script, key, args)| {
+            let run = |cmd: &redis::Cmd| {
                 let mut conn = cluster.clone();
-                async move {
-                    let mut invocation = script.key(key);
-                    for arg in args {
-                        invocation.arg(arg);
-                    }
-                    invocation.invoke_async::<redis::Value>(&mut conn).await
+                let cmd = cmd.clone();
+                async move { cmd.query_async::<redis::Value>(&mut conn).await }
+            };
+            let mut results = futures_util::future::join_all(cmds.iter().map(run)).await;
+            let missing: Vec<usize> = results
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)))
+                .map(|(i, _)| i)
+                .collect();
+            if !missing.is_empty() {
+                load_scripts(&mut cluster.clone()).await?;
+                let retried =
+                    futures_util::future::join_all(missing.iter().map(|&i| run(&cmds[i]))).await;
+                for (i, result) in missing.into_iter().zip(retried) {
+                    results[i] = result;
                 }
-            });
-            let values = futures_util::future::try_join_all(calls).await?;
-            Ok(values.iter().map(integers).collect())
+            }
+            return results
+                .into_iter()
+                .map(|r| r.map(|value| integers(&value)))
+                .collect();
         }
+    };
+    values
+        .into_iter()
+        .map(|value| match value {
+            redis::Value::ServerError(err) => Err(RedisError::from(err)),
+            value => Ok(integers(&value)),
+        })
+        .collect()
+}
+
+/// Positions of the replies that are NOSCRIPT errors.
+fn noscript(values: &[redis::Value]) -> Vec<usize> {
+    values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| {
+            matches!(v, redis::Value::ServerError(err)
+                if err.kind() == Some(redis::ServerErrorKind::NoScript))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+async fn load_scripts<C: redis::aio::ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+    for script in scripts::all() {
+        script.prepare_invoke().load_async(conn).await?;
     }
+    Ok(())
 }
 
 /// A script reply as integers: an integer, or an array of them.
@@ -482,21 +535,13 @@ fn integers(value: &redis::Value) -> Vec<i64> {
     }
 }
 
-/// One script call of a batch, and how to undo it.
-#[derive(Debug)]
-struct Call {
-    script: &'static redis::Script,
-    key: String,
-    args: Vec<String>,
-    undo: Undo,
-}
-
+/// How to undo one counted operation of a refused batch.
 #[derive(Debug)]
 enum Undo {
     /// DECRBY the key (counters, buckets, TATs).
-    Decrement(u64),
+    Decrement { key: String, amount: u64 },
     /// ZREM these members (sliding log).
-    Members(Vec<String>),
+    Members { key: String, members: Vec<String> },
 }
 
 /// Reads a script reply: the same pure functions as the memory store turn
@@ -535,33 +580,6 @@ fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> Outcome {
             outcome.counted = at(0) == 1;
             outcome
         }
-    }
-}
-
-/// An EVALSHA command for `script` on `key` with `args`.
-fn eval_cmd(script: &redis::Script, key: &str, args: &[String]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(1).arg(key);
-    for arg in args {
-        cmd.arg(arg.as_str());
-    }
-    cmd
-}
-
-/// Runs `pipe`; when Redis has lost the scripts (restart, failover, SCRIPT
-/// FLUSH), loads them and runs it once more.
-async fn query_pipeline<T: redis::FromRedisValue>(
-    conn: &mut ConnectionManager,
-    pipe: &redis::Pipeline,
-) -> RedisResult<T> {
-    match pipe.query_async(conn).await {
-        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            for script in scripts::all() {
-                script.prepare_invoke().load_async(conn).await?;
-            }
-            pipe.query_async(conn).await
-        }
-        other => other,
     }
 }
 
