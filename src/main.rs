@@ -4,6 +4,12 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the binary's own output
 
 use clap::{Parser, Subcommand};
+
+/// mimalloc instead of glibc malloc: under load glibc's arena locks showed up
+/// as futex waits and ~14% of CPU in malloc/free (bench/RESULTS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use floodgate::clock::SystemClock;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
