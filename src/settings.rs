@@ -7,7 +7,7 @@
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
 use crate::server::{ServeOptions, TlsOptions};
-use crate::store::{RedisConfig, RedisMode};
+use crate::store::{RedisConfig, RedisMode, RedisTls};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -197,6 +197,21 @@ pub struct StoreArgs {
     /// Address of the per-second Redis [env: REDIS_PERSECOND_URL]
     #[arg(long, value_name = "URL")]
     pub redis_persecond_url: Option<String>,
+    /// Connect to Redis over TLS [env: REDIS_TLS, REDIS_PERSECOND_TLS]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub redis_tls: Option<bool>,
+    /// PEM CA bundle to trust for Redis TLS instead of the system roots [env: REDIS_TLS_CACERT]
+    #[arg(long, value_name = "FILE")]
+    pub redis_tls_cacert: Option<PathBuf>,
+    /// PEM client certificate for Redis TLS [env: REDIS_TLS_CLIENT_CERT]
+    #[arg(long, value_name = "FILE")]
+    pub redis_tls_client_cert: Option<PathBuf>,
+    /// PEM key of the Redis client certificate [env: REDIS_TLS_CLIENT_KEY]
+    #[arg(long, value_name = "FILE")]
+    pub redis_tls_client_key: Option<PathBuf>,
+    /// Accept a Redis certificate issued for another host name [env: REDIS_TLS_SKIP_HOSTNAME_VERIFICATION]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub redis_tls_skip_hostname_verification: Option<bool>,
     /// Prefix of every Redis key [env: CACHE_KEY_PREFIX]
     #[arg(long, value_name = "PREFIX")]
     pub cache_key_prefix: Option<String>,
@@ -555,7 +570,33 @@ fn redis_config<'a>(
         "single, sentinel or cluster",
         RedisType::Single,
     )?;
+    let tls_on = match (args.redis_tls.filter(|_| main), var("TLS")) {
+        (Some(on), _) => on,
+        (None, Some(value)) => parse_bool(name("REDIS_TLS", "REDIS_PERSECOND_TLS"), value)?,
+        (None, None) => false,
+    };
+    let path =
+        |flag: &Option<PathBuf>, var: &str| flag.clone().or_else(|| get(var).map(PathBuf::from));
+    let tls = if tls_on {
+        let skip = match (
+            args.redis_tls_skip_hostname_verification,
+            get("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"),
+        ) {
+            (Some(skip), _) => skip,
+            (None, Some(value)) => parse_bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", value)?,
+            (None, None) => false,
+        };
+        Some(RedisTls {
+            ca_cert: path(&args.redis_tls_cacert, "REDIS_TLS_CACERT"),
+            client_cert: path(&args.redis_tls_client_cert, "REDIS_TLS_CLIENT_CERT"),
+            client_key: path(&args.redis_tls_client_key, "REDIS_TLS_CLIENT_KEY"),
+            skip_hostname_verification: skip,
+        })
+    } else {
+        None
+    };
     Ok(RedisConfig {
+        tls,
         mode: match mode {
             RedisType::Single => RedisMode::Single,
             RedisType::Sentinel => RedisMode::Sentinel,
@@ -936,6 +977,25 @@ mod tests {
         assert_eq!(second.timeout, Duration::from_millis(100));
         assert_eq!(second.key_prefix, "rl:");
         assert_eq!(s.limiter.local_cache_bytes, 1_048_576);
+        assert!(redis.main.tls.is_none());
+        let s = resolve(
+            &[
+                "--store",
+                "redis",
+                "--redis-tls",
+                "--redis-tls-cacert",
+                "/ca.pem",
+            ],
+            &[
+                ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
+                ("REDIS_TLS_CLIENT_CERT", "/c.pem"),
+            ],
+        )
+        .unwrap();
+        let tls = s.redis.unwrap().main.tls.unwrap();
+        assert_eq!(tls.ca_cert, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(tls.client_cert, Some(PathBuf::from("/c.pem")));
+        assert!(tls.skip_hostname_verification);
         assert!(s.limiter.stop_when_over);
         assert_eq!(s.limiter.failure_mode, FailureMode::Allow);
     }

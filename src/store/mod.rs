@@ -10,7 +10,7 @@ pub mod redis;
 
 pub use identity::CounterId;
 pub use memory::MemoryStore;
-pub use redis::{RedisConfig, RedisMode, RedisStore};
+pub use redis::{RedisConfig, RedisMode, RedisStore, RedisTls};
 
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
@@ -86,6 +86,15 @@ pub enum StoreError {
         #[source]
         source: ::redis::RedisError,
     },
+    /// A TLS certificate or key file cannot be read.
+    #[error("cannot read redis tls file {path}")]
+    TlsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The store settings cannot work.
     #[error("invalid store settings: {reason}")]
     Config {
@@ -123,7 +132,7 @@ impl StoreError {
         match self {
             Self::NotConnected | Self::Timeout => true,
             Self::Redis { transient, .. } => *transient,
-            Self::Config { .. } => false,
+            Self::Config { .. } | Self::TlsFile { .. } => false,
         }
     }
 }

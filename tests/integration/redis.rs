@@ -46,13 +46,9 @@ async fn serve(store: StoreKind, options: LimiterOptions) -> TestServer {
     .await
 }
 
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    evalsha_calls_port(server.port)
-}
-
 /// EVALSHA calls a Redis has served (INFO commandstats).
-fn evalsha_calls_port(port: u16) -> u64 {
-    let stats = crate::support::redis::cli(port, &["INFO", "commandstats"]).unwrap_or_default();
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
     stats
         .lines()
         .find(|l| l.starts_with("cmdstat_evalsha:"))
@@ -464,16 +460,16 @@ async fn sentinel_mode_follows_the_master_through_a_failover() {
     })
     .await;
     // Writes must reach the new master: its EVALSHA count starts moving.
+    let new_master = &replica;
     wait_for("answers from the new master", || {
         let mut client = client.clone();
-        let calls_before = evalsha_calls(&replica);
-        let new_master = replica.port;
+        let calls_before = evalsha_calls(new_master);
         async move {
             let ok = client
                 .should_rate_limit(request("edge", &[&[("hundred", "s")]]))
                 .await
                 .is_ok();
-            ok && evalsha_calls_port(new_master) > calls_before
+            ok && evalsha_calls(new_master) > calls_before
         }
     })
     .await;
@@ -533,4 +529,97 @@ async fn cluster_reloads_flushed_scripts_on_every_node() {
     let r = ask(&mut client, request("edge", &all)).await;
     assert!(r.statuses.iter().all(|s| s.limit_remaining == 1), "{r:?}");
     server.shutdown().await;
+}
+
+/// Writes a CA, a server certificate for `localhost` and a client
+/// certificate as PEM files into a new directory.
+fn redis_pki() -> tempfile::TempDir {
+    use crate::support::tls::{Ca, write};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("redis test ca");
+    let server = ca.server();
+    let client = ca.client("floodgate");
+    write(dir.path(), "ca.pem", &ca.cert_pem());
+    write(dir.path(), "server.pem", &server.cert);
+    write(dir.path(), "server.key", &server.key);
+    write(dir.path(), "client.pem", &client.cert);
+    write(dir.path(), "client.key", &client.key);
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_private_ca_and_a_client_certificate() {
+    let pki = redis_pki();
+    let redis = RedisServer::start_tls(pki.path(), true);
+    let tls = floodgate::store::RedisTls {
+        ca_cert: Some(pki.path().join("ca.pem")),
+        client_cert: Some(pki.path().join("client.pem")),
+        client_key: Some(pki.path().join("client.key")),
+        skip_hostname_verification: false,
+    };
+    let config = RedisConfig {
+        tls: Some(tls.clone()),
+        ..redis_config(RedisMode::Single, format!("localhost:{}", redis.port))
+    };
+    let server = serve(connected(config).await, LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    for remaining in [2, 1, 0] {
+        let r = ask(&mut client, request("edge", &[&[("user", "tls")]])).await;
+        assert_eq!(
+            (r.overall_code, r.statuses[0].limit_remaining),
+            (OK, remaining)
+        );
+    }
+    assert_eq!(evalsha_calls(&redis), 3, "the hits reached the TLS Redis");
+    server.shutdown().await;
+
+    // Without the client certificate the server refuses the handshake.
+    let no_client_cert = RedisConfig {
+        tls: Some(floodgate::store::RedisTls {
+            client_cert: None,
+            client_key: None,
+            ..tls
+        }),
+        connect_timeout: Duration::from_millis(500),
+        ..redis_config(RedisMode::Single, format!("localhost:{}", redis.port))
+    };
+    assert!(RedisStore::new(no_client_cert).connect().await.is_err());
+    // A plaintext client cannot talk to the TLS port.
+    let plaintext = RedisConfig {
+        connect_timeout: Duration::from_millis(500),
+        ..redis_config(RedisMode::Single, format!("127.0.0.1:{}", redis.port))
+    };
+    assert!(RedisStore::new(plaintext).connect().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_hostname_checks_can_be_skipped_but_not_the_ca() {
+    let pki = redis_pki();
+    let redis = RedisServer::start_tls(pki.path(), false);
+    let by_ip = |skip: bool| RedisConfig {
+        tls: Some(floodgate::store::RedisTls {
+            ca_cert: Some(pki.path().join("ca.pem")),
+            skip_hostname_verification: skip,
+            ..floodgate::store::RedisTls::default()
+        }),
+        connect_timeout: Duration::from_millis(500),
+        ..redis_config(RedisMode::Single, format!("127.0.0.1:{}", redis.port))
+    };
+    // The certificate names localhost, not 127.0.0.1.
+    assert!(RedisStore::new(by_ip(false)).connect().await.is_err());
+    RedisStore::new(by_ip(true))
+        .connect()
+        .await
+        .expect("hostname check skipped");
+    // Another CA is never trusted.
+    let other = redis_pki();
+    let wrong_ca = RedisConfig {
+        tls: Some(floodgate::store::RedisTls {
+            ca_cert: Some(other.path().join("ca.pem")),
+            ..floodgate::store::RedisTls::default()
+        }),
+        connect_timeout: Duration::from_millis(500),
+        ..redis_config(RedisMode::Single, format!("localhost:{}", redis.port))
+    };
+    assert!(RedisStore::new(wrong_ca).connect().await.is_err());
 }

@@ -44,6 +44,8 @@ pub struct RedisServer {
     pub port: u16,
     child: Child,
     dir: tempfile::TempDir,
+    /// Extra `redis-cli` arguments (TLS).
+    cli_args: Vec<String>,
 }
 
 impl RedisServer {
@@ -100,7 +102,12 @@ impl RedisServer {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
-            let mut server = Self { port, child, dir };
+            let mut server = Self {
+                port,
+                child,
+                dir,
+                cli_args: Vec::new(),
+            };
             if server.wait_ready(Duration::from_secs(10)) {
                 return server;
             }
@@ -141,7 +148,12 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
-        let mut server = Self { port, child, dir };
+        let mut server = Self {
+            port,
+            child,
+            dir,
+            cli_args: Vec::new(),
+        };
         if server.wait_ready(Duration::from_secs(10)) {
             Ok(server)
         } else {
@@ -177,7 +189,73 @@ impl RedisServer {
 
     /// Runs `redis-cli` against this server; `None` if it failed.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        cli(self.port, args)
+        let mut all: Vec<&str> = self.cli_args.iter().map(String::as_str).collect();
+        all.extend_from_slice(args);
+        cli(self.port, &all)
+    }
+
+    /// Starts a server that speaks only TLS on its port, with the PEM files
+    /// `ca.pem`, `server.pem` and `server.key` in `certs`; with
+    /// `require_client_cert`, clients must present a certificate signed by
+    /// the CA (`client.pem`/`client.key` there are used by `redis-cli`).
+    pub fn start_tls(certs: &Path, require_client_cert: bool) -> Self {
+        let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
+        let cli_args = vec![
+            "--tls".to_owned(),
+            "--cacert".to_owned(),
+            file("ca.pem"),
+            "--cert".to_owned(),
+            file("client.pem"),
+            "--key".to_owned(),
+            file("client.key"),
+        ];
+        let mut last_log = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = tempfile::tempdir().unwrap();
+            let log = dir.path().join("redis.log");
+            let child = Command::new(server_bin())
+                .args([
+                    "--port",
+                    "0",
+                    "--tls-port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                ])
+                .args(["--save", "", "--appendonly", "no"])
+                .args([
+                    "--tls-cert-file",
+                    &file("server.pem"),
+                    "--tls-key-file",
+                    &file("server.key"),
+                ])
+                .args(["--tls-ca-cert-file", &file("ca.pem")])
+                .args([
+                    "--tls-auth-clients",
+                    if require_client_cert { "yes" } else { "no" },
+                ])
+                .arg("--dir")
+                .arg(dir.path())
+                .arg("--logfile")
+                .arg(&log)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
+            let mut server = Self {
+                port,
+                child,
+                dir,
+                cli_args: cli_args.clone(),
+            };
+            if server.wait_ready(Duration::from_secs(10)) {
+                return server;
+            }
+            last_log = std::fs::read_to_string(&log).unwrap_or_default();
+            server.stop();
+        }
+        panic!("redis-server with TLS did not start; last log:\n{last_log}");
     }
 
     /// The server's data directory (holds its log).

@@ -26,6 +26,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Client, ConnectionInfo, IntoConnectionInfo as _, RedisError, RedisResult};
 use std::fmt::Write as _;
 use std::hash::{BuildHasher as _, RandomState};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -65,6 +66,47 @@ pub struct RedisConfig {
     /// `EXPIRATION_JITTER_MAX_SECONDS`: random extra expiry in `[0, N)`, so
     /// keys of one window do not all expire in the same instant.
     pub expiration_jitter_max_secs: u64,
+    /// `REDIS_TLS` and its certificates; `None` is plaintext (unless the
+    /// URL itself says `rediss://`).
+    pub tls: Option<RedisTls>,
+}
+
+/// TLS to Redis (`REDIS_TLS`, `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`,
+/// `REDIS_TLS_CLIENT_KEY`, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RedisTls {
+    /// PEM CA bundle to trust instead of the system's roots.
+    pub ca_cert: Option<PathBuf>,
+    /// PEM client certificate, for Redis servers that require one.
+    pub client_cert: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    pub client_key: Option<PathBuf>,
+    /// Accept a certificate valid for another host name (e.g. managed Redis
+    /// reached by IP). The chain is still verified.
+    pub skip_hostname_verification: bool,
+}
+
+impl RedisTls {
+    /// The certificates to hand the Redis client, read from their files.
+    fn certificates(&self) -> Result<redis::TlsCertificates, StoreError> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|source| StoreError::TlsFile {
+                path: path.clone(),
+                source,
+            })
+        };
+        let client_tls = match (&self.client_cert, &self.client_key) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            _ => None,
+        };
+        Ok(redis::TlsCertificates {
+            client_tls,
+            root_cert: self.ca_cert.as_ref().map(read).transpose()?,
+        })
+    }
 }
 
 impl RedisConfig {
@@ -80,6 +122,7 @@ impl RedisConfig {
             connect_timeout: Duration::from_secs(1),
             key_prefix: String::new(),
             expiration_jitter_max_secs: 0,
+            tls: None,
         }
     }
 
@@ -598,15 +641,25 @@ impl Store for RedisStore {
 }
 
 /// Parses one address in the reference's forms: `host:port`, a URL
-/// (`redis://`, `rediss://`, `unix://`), or a unix socket path.
-fn connection_info(addr: &str, auth: Option<&str>) -> RedisResult<ConnectionInfo> {
+/// (`redis://`, `rediss://`, `unix://`), or a unix socket path. With `tls`,
+/// a bare `host:port` is reached over TLS.
+fn connection_info(
+    addr: &str,
+    auth: Option<&str>,
+    tls: Option<&RedisTls>,
+) -> RedisResult<ConnectionInfo> {
     let addr = addr.trim();
     let info = if addr.contains("://") {
         addr.into_connection_info()?
     } else if addr.starts_with('/') {
         format!("unix://{addr}").into_connection_info()?
     } else {
-        format!("redis://{addr}").into_connection_info()?
+        match tls {
+            Some(tls) if tls.skip_hostname_verification => format!("rediss://{addr}/#insecure"),
+            Some(_) => format!("rediss://{addr}"),
+            None => format!("redis://{addr}"),
+        }
+        .into_connection_info()?
     };
     Ok(match auth.filter(|a| !a.is_empty()) {
         None => info,
@@ -624,7 +677,7 @@ fn connection_info(addr: &str, auth: Option<&str>) -> RedisResult<ConnectionInfo
 async fn open(config: &RedisConfig) -> Result<Connection, StoreError> {
     match config.mode {
         RedisMode::Single => {
-            let info = connection_info(&config.url, config.auth.as_deref())?;
+            let info = connection_info(&config.url, config.auth.as_deref(), config.tls.as_ref())?;
             let addr = redact(&config.url);
             Ok(Connection::Pool(connect_pool(config, info, addr).await?))
         }
@@ -639,12 +692,17 @@ async fn open(config: &RedisConfig) -> Result<Connection, StoreError> {
                 .url
                 .split(',')
                 .filter(|s| !s.trim().is_empty())
-                .map(|s| connection_info(s, None))
+                .map(|s| connection_info(s, None, config.tls.as_ref()))
                 .collect::<RedisResult<Vec<_>>>()?;
             let mut builder = ClusterClientBuilder::new(seeds)
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(config.timeout)
                 .retries(2);
+            if let Some(tls) = &config.tls {
+                builder = builder
+                    .certs(tls.certificates()?)
+                    .danger_accept_invalid_hostnames(tls.skip_hostname_verification);
+            }
             if let Some(auth) = config.auth.as_deref().filter(|a| !a.is_empty()) {
                 builder = match auth.split_once(':') {
                     Some((user, password)) => builder.username(user).password(password),
@@ -662,7 +720,10 @@ async fn connect_pool(
     info: ConnectionInfo,
     addr: String,
 ) -> Result<Pool, StoreError> {
-    let client = Client::open(info)?;
+    let client = match &config.tls {
+        Some(tls) => Client::build_with_tls(info, tls.certificates()?)?,
+        None => Client::open(info)?,
+    };
     let manager_config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.timeout))
@@ -704,7 +765,7 @@ async fn sentinel_master(config: &RedisConfig) -> Result<Master, StoreError> {
     let mut last_error = None;
     for node in parts.filter(|p| !p.is_empty()) {
         let attempt = async {
-            let info = connection_info(node, config.sentinel_auth.as_deref())?;
+            let info = connection_info(node, config.sentinel_auth.as_deref(), None)?;
             let client = Client::open(info)?;
             let mut conn = client.get_multiplexed_async_connection().await?;
             let (host, port): (String, u16) = redis::cmd("SENTINEL")
@@ -717,7 +778,8 @@ async fn sentinel_master(config: &RedisConfig) -> Result<Master, StoreError> {
         match tokio::time::timeout(config.connect_timeout, attempt).await {
             Ok(Ok((host, port))) => {
                 let addr_text = format!("{host}:{port}");
-                let info = connection_info(&addr_text, config.auth.as_deref())?;
+                let info =
+                    connection_info(&addr_text, config.auth.as_deref(), config.tls.as_ref())?;
                 return Ok(Master { info, addr_text });
             }
             Ok(Err(err)) => last_error = Some(StoreError::from(err)),
@@ -750,16 +812,16 @@ mod tests {
 
     #[test]
     fn reference_address_forms_parse() {
-        let info = connection_info("127.0.0.1:6379", Some("user:pw")).unwrap();
+        let info = connection_info("127.0.0.1:6379", Some("user:pw"), None).unwrap();
         assert_eq!(info.addr().to_string(), "127.0.0.1:6379");
         assert_eq!(info.redis_settings().username(), Some("user"));
         assert_eq!(info.redis_settings().password(), Some("pw"));
-        let info = connection_info("redis://h:1", Some("pw")).unwrap();
+        let info = connection_info("redis://h:1", Some("pw"), None).unwrap();
         assert_eq!(info.redis_settings().password(), Some("pw"));
         assert_eq!(info.redis_settings().username(), None);
-        let info = connection_info("/var/run/redis.sock", None).unwrap();
+        let info = connection_info("/var/run/redis.sock", None, None).unwrap();
         assert!(info.addr().to_string().contains("redis.sock"));
-        assert!(connection_info("redis://[bad", None).is_err());
+        assert!(connection_info("redis://[bad", None, None).is_err());
     }
 
     #[test]
