@@ -978,7 +978,7 @@ mod tests {
         assert_eq!(second.key_prefix, "rl:");
         assert_eq!(s.limiter.local_cache_bytes, 1_048_576);
         assert!(redis.main.tls.is_none());
-        let s = resolve(
+        let with_tls = resolve(
             &[
                 "--store",
                 "redis",
@@ -992,7 +992,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let tls = s.redis.unwrap().main.tls.unwrap();
+        let tls = with_tls.redis.unwrap().main.tls.unwrap();
         assert_eq!(tls.ca_cert, Some(PathBuf::from("/ca.pem")));
         assert_eq!(tls.client_cert, Some(PathBuf::from("/c.pem")));
         assert!(tls.skip_hostname_verification);
