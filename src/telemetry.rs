@@ -41,7 +41,13 @@ pub fn init(level: &str, rust_log: Option<&str>, format: LogFormat) -> Result<()
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         LogFormat::Text => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    // Colour only on a terminal: files and log shippers get
+                    // plain text.
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(
