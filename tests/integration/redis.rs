@@ -88,7 +88,7 @@ async fn keys_carry_prefix_hash_tag_window_and_expiry() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_script_call_per_descriptor_and_none_for_unlimited_requests() {
+async fn one_script_call_per_request_and_none_for_unlimited_requests() {
     let redis = RedisServer::start();
     let server = serve(
         connected(redis_config(RedisMode::Single, redis.addr())).await,
@@ -110,9 +110,28 @@ async fn one_script_call_per_descriptor_and_none_for_unlimited_requests() {
         ),
     )
     .await;
-    assert_eq!(evalsha_calls(&redis) - before, 3);
+    // Three limited descriptors, one batch script call on standalone Redis.
+    assert_eq!(evalsha_calls(&redis) - before, 1);
+    let r = ask(
+        &mut client,
+        request("edge", &[&[("user", "a")], &[("user", "b")]]),
+    )
+    .await;
+    assert_eq!(
+        r.statuses
+            .iter()
+            .map(|s| s.limit_remaining)
+            .collect::<Vec<_>>(),
+        vec![1, 1],
+        "each descriptor counted once by the batch call"
+    );
+    assert_eq!(evalsha_calls(&redis) - before, 2);
     ask(&mut client, request("edge", &[&[("nomatch", "x")]])).await;
-    assert_eq!(evalsha_calls(&redis) - before, 3);
+    assert_eq!(
+        evalsha_calls(&redis) - before,
+        2,
+        "nothing limited, no call"
+    );
     server.shutdown().await;
 }
 

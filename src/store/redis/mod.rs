@@ -424,7 +424,13 @@ impl RedisStore {
             .iter()
             .map(|op| self.call(op, now, batch.stop_when_over))
             .unzip();
-        let replies = execute(connection, cmds).await?;
+        let replies = match connection {
+            Connection::Pool(pool) if cmds.len() > 1 => {
+                let algorithms = batch.ops.iter().map(|op| algorithm_number(&op.spec));
+                execute_batch(&mut pool.pick(), &batch_cmd(algorithms.zip(&cmds))).await?
+            }
+            _ => execute(connection, cmds).await?,
+        };
         let mut outcomes: Vec<Outcome> = batch
             .ops
             .iter()
@@ -547,6 +553,65 @@ async fn execute(connection: &Connection, cmds: Vec<redis::Cmd>) -> RedisResult<
             value => Ok(integers(&value)),
         })
         .collect()
+}
+
+/// The batch script's number of an algorithm.
+const fn algorithm_number(spec: &Spec) -> u8 {
+    match spec {
+        Spec::FixedWindow { .. } => 1,
+        Spec::SlidingWindow(_) => 2,
+        Spec::SlidingLog(_) => 3,
+        Spec::Gcra(_) => 4,
+    }
+}
+
+/// One batch-script call for per-operation EVALSHA commands
+/// (`EVALSHA sha 1 key args…`): their keys as KEYS, their arguments behind
+/// the algorithm number and count.
+fn batch_cmd<'a>(ops: impl Iterator<Item = (u8, &'a redis::Cmd)> + Clone) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts::BATCH.get_hash()).arg(ops.clone().count());
+    // Arguments of an operation's command: EVALSHA, sha, 1, key, then its own.
+    for (_, op) in ops.clone() {
+        if let Some(redis::Arg::Simple(key)) = op.args_iter().nth(3) {
+            cmd.arg(key);
+        }
+    }
+    for (algorithm, op) in ops {
+        let args: Vec<&[u8]> = op
+            .args_iter()
+            .skip(4)
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                // Only SCAN-style commands carry other kinds of argument.
+                _ => None,
+            })
+            .collect();
+        cmd.arg(algorithm).arg(args.len());
+        for arg in args {
+            cmd.arg(arg);
+        }
+    }
+    cmd
+}
+
+/// Runs one batch-script call, loading the scripts once on NOSCRIPT (a
+/// NOSCRIPT call ran nothing, so running it again counts nothing twice).
+async fn execute_batch(
+    conn: &mut ConnectionManager,
+    cmd: &redis::Cmd,
+) -> RedisResult<Vec<Vec<i64>>> {
+    let value = match cmd.query_async::<redis::Value>(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            load_scripts(conn).await?;
+            cmd.query_async::<redis::Value>(conn).await?
+        }
+        other => other?,
+    };
+    match value {
+        redis::Value::Array(replies) => Ok(replies.iter().map(integers).collect()),
+        other => Ok(vec![integers(&other)]),
+    }
 }
 
 /// Positions of the replies that are NOSCRIPT errors.

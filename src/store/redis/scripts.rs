@@ -28,8 +28,43 @@ pub(crate) static TAKE_BACK: LazyLock<Script> =
 pub(crate) static TAKE_BACK_LOG: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/take_back_log.lua")));
 
+/// `scripts/batch.lua` with the four algorithm scripts inserted as
+/// functions: every operation of a request in one call.
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    let function =
+        |name: &str, body: &str| format!("local function {name}(KEYS, ARGV)\n{body}\nend\n");
+    let source = [
+        include_str!("scripts/batch.lua").to_owned(),
+        function("fixed_window", include_str!("scripts/fixed_window.lua")),
+        function("sliding_window", include_str!("scripts/sliding_window.lua")),
+        function("sliding_log", include_str!("scripts/sliding_log.lua")),
+        function("gcra", include_str!("scripts/gcra.lua")),
+        BATCH_DISPATCH.to_owned(),
+    ]
+    .concat();
+    Script::new(&source)
+});
+
+/// The batch script's loop over the operations.
+const BATCH_DISPATCH: &str = r"
+local algorithms = {fixed_window, sliding_window, sliding_log, gcra}
+local replies = {}
+local at = 1
+for i = 1, #KEYS do
+  local algorithm = algorithms[tonumber(ARGV[at])]
+  local n = tonumber(ARGV[at + 1])
+  local args = {}
+  for j = 1, n do
+    args[j] = ARGV[at + 1 + j]
+  end
+  at = at + 2 + n
+  replies[i] = algorithm({KEYS[i]}, args)
+end
+return replies
+";
+
 /// Every script, for loading them all after a NOSCRIPT reply.
-pub(crate) fn all() -> [&'static Script; 6] {
+pub(crate) fn all() -> [&'static Script; 7] {
     [
         &FIXED_WINDOW,
         &SLIDING_WINDOW,
@@ -37,5 +72,6 @@ pub(crate) fn all() -> [&'static Script; 6] {
         &GCRA,
         &TAKE_BACK,
         &TAKE_BACK_LOG,
+        &BATCH,
     ]
 }

@@ -1,0 +1,13 @@
+-- Every operation of one request in one script call (standalone and
+-- Sentinel, where one script may touch any keys; a Cluster runs one script
+-- per descriptor instead, each in its own slot).
+--
+-- The body of each algorithm's script is inserted below as a local function
+-- taking (KEYS, ARGV), so its contract is exactly its own script's.
+--
+-- KEYS[i]  the key of operation i
+-- ARGV     for each operation, in order: algorithm (1 fixed_window,
+--          2 sliding_window, 3 sliding_log, 4 gcra), argument count n, then
+--          its n arguments
+--
+-- Reply: one reply per operation, each what its algorithm's script returns.
