@@ -1,12 +1,13 @@
 //! The Redis store: standalone, Sentinel or Cluster, shared by every
 //! floodgate instance so limits are global.
 //!
-//! Every check-and-count runs inside Redis as one Lua script per counter
-//! (EVALSHA), never as a read in the service followed by a write, so
-//! concurrent callers can never over-admit. All operations of one request go
-//! out together: one pipeline on standalone and Sentinel; on a Cluster, one
-//! concurrent command per counter, which the cluster client pipelines per
-//! node. Connections are multiplexed and shared by all requests.
+//! Every check-and-count runs inside Redis as Lua (EVALSHA), never as a read
+//! in the service followed by a write, so concurrent callers can never
+//! over-admit. All operations of one request go out together: one batch
+//! script call on standalone and Sentinel; on a Cluster, one concurrent
+//! script call per descriptor (each in its own slot), which the cluster
+//! client pipelines per node. Connections are multiplexed and shared by all
+//! requests.
 //!
 //! The store knows counters, windows and limits, never descriptors.
 
