@@ -11,8 +11,12 @@
 //!   when the rule directory changes.
 //! - [`limiter`]: the decision, with the reference service's semantics.
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
-//!   `/rlconfig`, `/healthcheck`) over the limiter.
-//! - [`store`]: where counters live (embedded memory store).
+//!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
+//! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`store`]: where counters live: the embedded memory store or Redis
+//!   (standalone, Sentinel, Cluster).
+//! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
+//!   signals, used by the binary.
 //! - [`algorithm`]: pure counting math over an injected `now`.
 //! - [`clock`]: the one reader of the system clock; a manual clock for tests.
 //!
@@ -26,9 +30,9 @@ pub mod descriptor;
 pub mod limiter;
 pub mod metrics;
 pub mod server;
-pub mod store;
-
-pub use server::proto;
 pub mod settings;
 pub mod shutdown;
+pub mod store;
 pub mod telemetry;
+
+pub use server::proto;
