@@ -301,10 +301,7 @@ impl Settings {
     /// [`SettingsError`] naming the variable whose value is malformed.
     pub fn resolve(args: &ServeArgs, env: &Env) -> Result<Self, SettingsError> {
         let get = |var: &str| env.get(var).filter(|v| !v.is_empty()).map(String::as_str);
-        let flag = |value: Option<bool>, var: &'static str| match value {
-            Some(v) => Ok(v),
-            None => get(var).map_or(Ok(false), |v| parse_bool(var, v)),
-        };
+        let flag = |value: Option<bool>, var: &'static str| boolean(value, get(var), var);
 
         let config_dir = match &args.config_dir {
             Some(dir) => dir.clone(),
@@ -570,22 +567,19 @@ fn redis_config<'a>(
         "single, sentinel or cluster",
         RedisType::Single,
     )?;
-    let tls_on = match (args.redis_tls.filter(|_| main), var("TLS")) {
-        (Some(on), _) => on,
-        (None, Some(value)) => parse_bool(name("REDIS_TLS", "REDIS_PERSECOND_TLS"), value)?,
-        (None, None) => false,
-    };
+    let tls_on = boolean(
+        args.redis_tls.filter(|_| main),
+        var("TLS"),
+        name("REDIS_TLS", "REDIS_PERSECOND_TLS"),
+    )?;
     let path =
         |flag: &Option<PathBuf>, var: &str| flag.clone().or_else(|| get(var).map(PathBuf::from));
     let tls = if tls_on {
-        let skip = match (
+        let skip = boolean(
             args.redis_tls_skip_hostname_verification,
             get("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"),
-        ) {
-            (Some(skip), _) => skip,
-            (None, Some(value)) => parse_bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", value)?,
-            (None, None) => false,
-        };
+            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        )?;
         Some(RedisTls {
             ca_cert: path(&args.redis_tls_cacert, "REDIS_TLS_CACERT"),
             client_cert: path(&args.redis_tls_client_cert, "REDIS_TLS_CLIENT_CERT"),
@@ -772,17 +766,25 @@ fn parse_listen_addr(text: &str) -> Option<SocketAddr> {
     }
 }
 
-/// Parses a boolean the way the reference's Go settings do (`strconv.ParseBool`).
-fn parse_bool(var: &'static str, value: &str) -> Result<bool, SettingsError> {
-    match value {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        _ => Err(SettingsError::InvalidEnv {
-            var,
-            value: value.to_owned(),
-            expected: "a boolean (true/false/1/0)",
-        }),
-    }
+/// A boolean setting, read the way the reference's Go settings read one
+/// (`strconv.ParseBool`); absent means false.
+fn boolean(
+    flag: Option<bool>,
+    env: Option<&str>,
+    var: &'static str,
+) -> Result<bool, SettingsError> {
+    pick(
+        flag,
+        env,
+        var,
+        "a boolean (true/false/1/0)",
+        |text| match text {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+            _ => None,
+        },
+        false,
+    )
 }
 
 /// Parses a duration such as `250ms`, `10s`, `5m` or `1h`.
