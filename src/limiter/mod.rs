@@ -412,9 +412,11 @@ impl<S: Store> Limiter<S> {
             let Plan::Limited { limits, shared, .. } = plan else {
                 continue;
             };
-            let id = counter_id(&request.domain, descriptor, shared);
+            let mut id = counter_id(&request.domain, descriptor, shared);
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
-            for (spec, base) in specs(limits) {
+            let specs = specs(limits);
+            let last = specs.len().saturating_sub(1);
+            for (n, (spec, base)) in specs.into_iter().enumerate() {
                 let mut slot = Slot {
                     plan: i,
                     base,
@@ -431,11 +433,14 @@ impl<S: Store> Limiter<S> {
                     slot.cached = true;
                 } else {
                     sent.push(slots.len());
-                    batch.ops.push(Op {
-                        id: id.clone(),
-                        spec,
-                        hits,
-                    });
+                    // The last operation of the descriptor takes the
+                    // identity; only descriptors with several get copies.
+                    let id = if n == last {
+                        std::mem::take(&mut id)
+                    } else {
+                        id.clone()
+                    };
+                    batch.ops.push(Op { id, spec, hits });
                 }
                 slots.push(slot);
             }

@@ -9,7 +9,7 @@
 use std::fmt::{self, Write as _};
 
 /// The escaped identity of one counter.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CounterId(String);
 
 impl CounterId {
