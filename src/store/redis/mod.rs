@@ -333,6 +333,9 @@ impl RedisStore {
     fn call(&self, op: &Op, now: UnixMillis, refuse_over: bool) -> (redis::Cmd, Option<Undo>) {
         let keys = &self.inner.keys;
         let now_us = now.0.saturating_mul(1_000);
+        // `base_len`: for a sliding window, the key is its bucket base
+        // followed by the bucket start, and the script needs the base too.
+        let mut base_len = 0;
         let (script, key, undo_amount) = match op.spec {
             Spec::FixedWindow { window, .. } => (
                 &*scripts::FIXED_WINDOW,
@@ -341,6 +344,7 @@ impl RedisStore {
             ),
             Spec::SlidingWindow(sw) => {
                 let mut key = keys.sliding_base(&op.id, sw.bucket_secs());
+                base_len = key.len();
                 // Infallible: writing to a String cannot fail.
                 let _ = write!(key, "{}", sw.bucket_start(now));
                 (&*scripts::SLIDING_WINDOW, key, op.hits)
@@ -364,7 +368,7 @@ impl RedisStore {
             }
             Spec::SlidingWindow(sw) => {
                 cmd.arg(op.hits)
-                    .arg(keys.sliding_base(&op.id, sw.bucket_secs()))
+                    .arg(key.get(..base_len).unwrap_or_default())
                     .arg(sw.bucket_start(now))
                     .arg(sw.bucket_secs())
                     .arg(sw.buckets())
@@ -521,12 +525,12 @@ async fn execute(connection: &Connection, cmds: Vec<redis::Cmd>) -> RedisResult<
             values
         }
         Connection::Cluster(cluster) => {
-            let run = |cmd: &redis::Cmd| {
+            let cmds = &cmds;
+            let run = |i: usize| {
                 let mut conn = cluster.clone();
-                let cmd = cmd.clone();
-                async move { cmd.query_async::<redis::Value>(&mut conn).await }
+                async move { cmds[i].query_async::<redis::Value>(&mut conn).await }
             };
-            let mut results = futures_util::future::join_all(cmds.iter().map(run)).await;
+            let mut results = futures_util::future::join_all((0..cmds.len()).map(run)).await;
             let missing: Vec<usize> = results
                 .iter()
                 .enumerate()
@@ -535,8 +539,7 @@ async fn execute(connection: &Connection, cmds: Vec<redis::Cmd>) -> RedisResult<
                 .collect();
             if !missing.is_empty() {
                 load_scripts(&mut cluster.clone()).await?;
-                let retried =
-                    futures_util::future::join_all(missing.iter().map(|&i| run(&cmds[i]))).await;
+                let retried = futures_util::future::join_all(missing.iter().map(|&i| run(i))).await;
                 for (i, result) in missing.into_iter().zip(retried) {
                     results[i] = result;
                 }
