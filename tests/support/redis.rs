@@ -57,16 +57,61 @@ impl RedisServer {
     /// Starts a server with extra command-line arguments, retrying on a port
     /// collision.
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_retrying("redis-server", |port, dir| {
+            (standalone_args(port, dir, extra), Vec::new())
+        })
+    }
+
+    /// Launches the server `args_for(port, dir)` describes on a free port,
+    /// trying again with another port (and directory) up to five times;
+    /// `args_for` also gives the `redis-cli` arguments that reach it.
+    fn start_retrying(
+        what: &str,
+        args_for: impl Fn(u16, &Path) -> (Vec<String>, Vec<String>),
+    ) -> Self {
         let mut last_log = String::new();
         for _ in 0..5 {
             let port = free_port();
             let dir = tempfile::tempdir().unwrap();
-            match Self::spawn(port, dir, extra) {
+            let (args, cli_args) = args_for(port, dir.path());
+            match Self::launch(port, dir, &args, cli_args) {
                 Ok(server) => return server,
                 Err(log) => last_log = log,
             }
         }
-        panic!("redis-server did not start; last log:\n{last_log}");
+        panic!("{what} did not start; last log:\n{last_log}");
+    }
+
+    /// Spawns `redis-server args… --logfile <dir>/redis.log` and waits for
+    /// PING; on failure stops it and returns its log.
+    fn launch(
+        port: u16,
+        dir: tempfile::TempDir,
+        args: &[String],
+        cli_args: Vec<String>,
+    ) -> Result<Self, String> {
+        let log = dir.path().join("redis.log");
+        let child = Command::new(server_bin())
+            .args(args)
+            .arg("--logfile")
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
+        let mut server = Self {
+            port,
+            child,
+            dir,
+            cli_args,
+        };
+        if server.wait_ready(Duration::from_secs(10)) {
+            Ok(server)
+        } else {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            server.stop();
+            Err(text)
+        }
     }
 
     /// Starts a standalone server on a given free `port`.
@@ -80,41 +125,19 @@ impl RedisServer {
     /// Starts a Sentinel with the config file `conf` (copied, since Sentinel
     /// rewrites it).
     pub fn start_sentinel(conf: &Path) -> Self {
-        let mut last_log = String::new();
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().unwrap();
-            let own = dir.path().join("sentinel.conf");
+        Self::start_retrying("redis sentinel", |port, dir| {
+            let own = dir.join("sentinel.conf");
             std::fs::copy(conf, &own).unwrap();
-            let port = free_port();
-            let log = dir.path().join("redis.log");
-            let child = Command::new(server_bin())
-                .arg(&own)
-                .args([
-                    "--sentinel",
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                ])
-                .arg("--logfile")
-                .arg(&log)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
-            let mut server = Self {
-                port,
-                child,
-                dir,
-                cli_args: Vec::new(),
-            };
-            if server.wait_ready(Duration::from_secs(10)) {
-                return server;
-            }
-            last_log = std::fs::read_to_string(&log).unwrap_or_default();
-            server.stop();
-        }
-        panic!("redis sentinel did not start; last log:\n{last_log}");
+            let args = vec![
+                own.to_string_lossy().into_owned(),
+                "--sentinel".to_owned(),
+                "--port".to_owned(),
+                port.to_string(),
+                "--bind".to_owned(),
+                "127.0.0.1".to_owned(),
+            ];
+            (args, Vec::new())
+        })
     }
 
     /// Starts a server on `port` again (after [`RedisServer::stop`]).
@@ -127,40 +150,8 @@ impl RedisServer {
     }
 
     fn spawn(port: u16, dir: tempfile::TempDir, extra: &[&str]) -> Result<Self, String> {
-        let log = dir.path().join("redis.log");
-        let child = Command::new(server_bin())
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .arg("--logfile")
-            .arg(&log)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
-        let mut server = Self {
-            port,
-            child,
-            dir,
-            cli_args: Vec::new(),
-        };
-        if server.wait_ready(Duration::from_secs(10)) {
-            Ok(server)
-        } else {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            server.stop();
-            Err(text)
-        }
+        let args = standalone_args(port, dir.path(), extra);
+        Self::launch(port, dir, &args, Vec::new())
     }
 
     fn wait_ready(&mut self, within: Duration) -> bool {
@@ -200,62 +191,37 @@ impl RedisServer {
     /// the CA (`client.pem`/`client.key` there are used by `redis-cli`).
     pub fn start_tls(certs: &Path, require_client_cert: bool) -> Self {
         let file = |name: &str| certs.join(name).to_string_lossy().into_owned();
-        let cli_args = vec![
-            "--tls".to_owned(),
-            "--cacert".to_owned(),
-            file("ca.pem"),
-            "--cert".to_owned(),
-            file("client.pem"),
-            "--key".to_owned(),
-            file("client.key"),
-        ];
-        let mut last_log = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let dir = tempfile::tempdir().unwrap();
-            let log = dir.path().join("redis.log");
-            let child = Command::new(server_bin())
-                .args([
-                    "--port",
-                    "0",
+        Self::start_retrying("redis-server with TLS", |port, dir| {
+            let mut args = standalone_args(0, dir, &[]);
+            let auth_clients = if require_client_cert { "yes" } else { "no" };
+            args.extend(
+                [
                     "--tls-port",
                     &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                ])
-                .args(["--save", "", "--appendonly", "no"])
-                .args([
                     "--tls-cert-file",
                     &file("server.pem"),
                     "--tls-key-file",
                     &file("server.key"),
-                ])
-                .args(["--tls-ca-cert-file", &file("ca.pem")])
-                .args([
+                    "--tls-ca-cert-file",
+                    &file("ca.pem"),
                     "--tls-auth-clients",
-                    if require_client_cert { "yes" } else { "no" },
-                ])
-                .arg("--dir")
-                .arg(dir.path())
-                .arg("--logfile")
-                .arg(&log)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|err| panic!("{INSTALL_HINT}: {err}"));
-            let mut server = Self {
-                port,
-                child,
-                dir,
-                cli_args: cli_args.clone(),
-            };
-            if server.wait_ready(Duration::from_secs(10)) {
-                return server;
-            }
-            last_log = std::fs::read_to_string(&log).unwrap_or_default();
-            server.stop();
-        }
-        panic!("redis-server with TLS did not start; last log:\n{last_log}");
+                    auth_clients,
+                ]
+                .map(str::to_owned),
+            );
+            let cli_args = [
+                "--tls",
+                "--cacert",
+                &file("ca.pem"),
+                "--cert",
+                &file("client.pem"),
+                "--key",
+                &file("client.key"),
+            ]
+            .map(str::to_owned)
+            .to_vec();
+            (args, cli_args)
+        })
     }
 
     /// The server's data directory (holds its log).
@@ -274,6 +240,19 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Arguments of a standalone server on `port` (0: no plaintext port) with
+/// no persistence and its files in `dir`, then `extra`.
+fn standalone_args(port: u16, dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+        .into_iter()
+        .chain(["--save", "", "--appendonly", "no", "--dir"])
+        .map(str::to_owned)
+        .collect();
+    args.push(dir.to_string_lossy().into_owned());
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    args
 }
 
 /// Runs `redis-cli -p port args…`, returning stdout on success.
