@@ -138,7 +138,9 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         tracing::info!(rl.domain = %s.domain, descriptors = s.descriptors, rules = s.rules, "domain loaded");
     }
     let store = match settings.store {
-        StoreType::Memory => StoreKind::Memory(MemoryStore::new()),
+        StoreType::Memory => {
+            StoreKind::Memory(MemoryStore::with_max_bytes(settings.memory_store_max_bytes))
+        }
         StoreType::Redis => match &settings.redis {
             Some(redis) => {
                 tracing::info!(redis.url = %redis.main.redacted_url(), "using the redis store");

@@ -402,6 +402,39 @@ impl Metrics {
     }
 }
 
+/// Appends the embedded store's gauges and eviction counter.
+pub fn render_memory_store(out: &mut String, stats: &crate::store::memory::MemoryStats) {
+    let gauges = [
+        (
+            "ratelimit_memory_store_bytes",
+            "Bytes the embedded store's counters hold (keys included).",
+            stats.bytes as u64,
+        ),
+        (
+            "ratelimit_memory_store_max_bytes",
+            "Byte budget of the embedded store (MEMORY_STORE_MAX_BYTES).",
+            stats.max_bytes as u64,
+        ),
+        (
+            "ratelimit_memory_store_counters",
+            "Counters the embedded store holds.",
+            stats.counters as u64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+    let name = "ratelimit_memory_store_evictions_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Counters evicted (least recently used first) to stay within the budget.\n# TYPE {name} counter\n{name} {}",
+        stats.evictions
+    );
+}
+
 /// Marks the end of a request when dropped.
 #[derive(Debug)]
 pub struct RequestGuard {

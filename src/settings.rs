@@ -101,6 +101,15 @@ pub struct ServeArgs {
     /// Most bytes per entry, key plus value [env: MAX_ENTRY_BYTES] [default: 4096]
     #[arg(long, value_name = "BYTES")]
     pub max_entry_bytes: Option<usize>,
+    /// Most bytes in a request's domain [env: MAX_DOMAIN_BYTES] [default: 256]
+    #[arg(long, value_name = "BYTES")]
+    pub max_domain_bytes: Option<usize>,
+    /// Largest hits_addend, of the request or of one descriptor [env: MAX_HITS_ADDEND] [default: 1000000000]
+    #[arg(long, value_name = "N")]
+    pub max_hits_addend: Option<u64>,
+    /// Largest request message, gRPC or `/json` body [env: MAX_REQUEST_BYTES] [default: 1048576]
+    #[arg(long, value_name = "BYTES")]
+    pub max_request_bytes: Option<usize>,
     /// Longest drain of in-flight requests on shutdown, e.g. `10s` [env: SHUTDOWN_GRACE] [default: 10s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
@@ -221,6 +230,9 @@ pub struct StoreArgs {
     /// Budget of the in-process over-limit cache; 0 disables it [env: LOCAL_CACHE_SIZE_IN_BYTES] [default: 0]
     #[arg(long, value_name = "BYTES")]
     pub local_cache_size_in_bytes: Option<usize>,
+    /// Byte budget of the embedded store; least recently used counters are evicted past it [env: MEMORY_STORE_MAX_BYTES] [default: 134217728]
+    #[arg(long, value_name = "BYTES")]
+    pub memory_store_max_bytes: Option<usize>,
     /// What to answer when the store fails [env: FAILURE_MODE] [default: error]
     #[arg(long, value_enum)]
     pub on_store_error: Option<OnStoreError>,
@@ -264,6 +276,8 @@ pub struct Settings {
     pub redis: Option<RedisSettings>,
     /// Separate metrics listener (`USE_PROMETHEUS`).
     pub metrics_addr: Option<SocketAddr>,
+    /// Byte budget of the embedded store (`MEMORY_STORE_MAX_BYTES`).
+    pub memory_store_max_bytes: usize,
     /// `NEAR_LIMIT_RATIO`.
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
@@ -384,7 +398,25 @@ impl Settings {
                 "MAX_ENTRY_BYTES",
                 defaults.max_entry_bytes,
             )?,
+            max_domain_bytes: number(
+                args.max_domain_bytes,
+                get("MAX_DOMAIN_BYTES"),
+                "MAX_DOMAIN_BYTES",
+                defaults.max_domain_bytes,
+            )?,
+            max_hits_addend: number(
+                args.max_hits_addend,
+                get("MAX_HITS_ADDEND"),
+                "MAX_HITS_ADDEND",
+                defaults.max_hits_addend,
+            )?,
         };
+        let max_request_bytes = number(
+            args.max_request_bytes,
+            get("MAX_REQUEST_BYTES"),
+            "MAX_REQUEST_BYTES",
+            ServeOptions::default().max_request_bytes,
+        )?;
         let tls = if flag(args.grpc_server_use_tls, "GRPC_SERVER_USE_TLS")? {
             let path = |arg: &Option<PathBuf>, var: &str| {
                 arg.clone().or_else(|| get(var).map(PathBuf::from))
@@ -521,8 +553,15 @@ impl Settings {
                     0,
                 )?,
             },
+            memory_store_max_bytes: number(
+                store_args.memory_store_max_bytes,
+                get("MEMORY_STORE_MAX_BYTES"),
+                "MEMORY_STORE_MAX_BYTES",
+                crate::store::memory::DEFAULT_MAX_BYTES,
+            )?,
             serve: ServeOptions {
                 shutdown_grace,
+                max_request_bytes,
                 healthy_only_with_rules: flag(
                     args.healthy_with_at_least_one_config_loaded,
                     "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",

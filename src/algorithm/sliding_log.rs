@@ -169,19 +169,27 @@ impl Log {
         sl.outcome(&probes, hits, counted, now)
     }
 
-    /// Removes `hits` entries logged at `now` (a refused batch).
+    /// Removes `hits` entries logged at `now` (a refused batch). Stops at
+    /// the first entry of another time, so the work is bounded by what this
+    /// request logged, never by `hits` itself.
     pub fn take_back(&mut self, now: UnixMillis, hits: u64) {
         let now_us = now.0.saturating_mul(1_000);
         for _ in 0..hits {
-            if self.entries.back() == Some(&now_us) {
-                self.entries.pop_back();
+            if self.entries.back() != Some(&now_us) {
+                break;
             }
+            self.entries.pop_back();
         }
     }
 
     /// Whether the log holds nothing.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Heap bytes the log holds (for the memory store's budget).
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<u64>()
     }
 }
 

@@ -196,6 +196,11 @@ pub struct Buckets {
 }
 
 impl Buckets {
+    /// Heap bytes the buckets hold (for the memory store's budget).
+    pub fn heap_bytes(&self) -> usize {
+        self.buckets.capacity() * std::mem::size_of::<(u64, u64)>()
+    }
+
     /// The counts of the `sw.buckets()` buckets up to the one containing
     /// `now`, newest first.
     pub fn counts(&self, sw: &SlidingWindow, now: UnixMillis) -> Vec<u64> {

@@ -113,6 +113,10 @@ pub struct RequestBounds {
     pub max_entries: usize,
     /// Most bytes in one entry (key plus value).
     pub max_entry_bytes: usize,
+    /// Most bytes in the domain.
+    pub max_domain_bytes: usize,
+    /// Largest `hits_addend`, of the request and of each descriptor.
+    pub max_hits_addend: u64,
 }
 
 impl Default for RequestBounds {
@@ -121,6 +125,8 @@ impl Default for RequestBounds {
             max_descriptors: 64,
             max_entries: 32,
             max_entry_bytes: 4_096,
+            max_domain_bytes: 256,
+            max_hits_addend: 1_000_000_000,
         }
     }
 }
@@ -197,6 +203,24 @@ pub enum LimitError {
         bytes: usize,
         /// Allowed maximum.
         max: usize,
+    },
+    /// The domain is too long.
+    #[error("domain is {bytes} bytes, more than the limit of {max}")]
+    DomainTooLong {
+        /// Domain length sent.
+        bytes: usize,
+        /// Allowed maximum.
+        max: usize,
+    },
+    /// A `hits_addend` is larger than the bound.
+    #[error("{place} hits_addend {hits} is more than the limit of {max}")]
+    TooManyHits {
+        /// `request` or `descriptor <n>`.
+        place: String,
+        /// Hits sent.
+        hits: u64,
+        /// Allowed maximum.
+        max: u64,
     },
     /// The store failed; no decision could be made.
     #[error("rate limit store failed")]
@@ -503,8 +527,21 @@ impl<S: Store> Limiter<S> {
         if request.domain.is_empty() {
             return Err(LimitError::EmptyDomain);
         }
+        if request.domain.len() > bounds.max_domain_bytes {
+            return Err(LimitError::DomainTooLong {
+                bytes: request.domain.len(),
+                max: bounds.max_domain_bytes,
+            });
+        }
         if request.descriptors.is_empty() {
             return Err(LimitError::EmptyDescriptors);
+        }
+        if u64::from(request.hits_addend) > bounds.max_hits_addend {
+            return Err(LimitError::TooManyHits {
+                place: "request".to_owned(),
+                hits: u64::from(request.hits_addend),
+                max: bounds.max_hits_addend,
+            });
         }
         if request.descriptors.len() > bounds.max_descriptors {
             return Err(LimitError::TooManyDescriptors {
@@ -513,6 +550,16 @@ impl<S: Store> Limiter<S> {
             });
         }
         for (index, descriptor) in request.descriptors.iter().enumerate() {
+            if let Some(hits) = descriptor
+                .hits_addend
+                .filter(|&h| h > bounds.max_hits_addend)
+            {
+                return Err(LimitError::TooManyHits {
+                    place: format!("descriptor {index}"),
+                    hits,
+                    max: bounds.max_hits_addend,
+                });
+            }
             if descriptor.entries.len() > bounds.max_entries {
                 return Err(LimitError::TooManyEntries {
                     index,
@@ -1208,6 +1255,8 @@ descriptors:
                 max_descriptors: 2,
                 max_entries: 2,
                 max_entry_bytes: 8,
+                max_domain_bytes: 4,
+                max_hits_addend: 10,
             },
             ..LimiterOptions::default()
         });
@@ -1249,6 +1298,31 @@ descriptors:
         assert_eq!(
             err.to_string(),
             "descriptor 0 entry 0 is 15 bytes, more than the limit of 8"
+        );
+        assert!(err.is_invalid_request());
+        let mut long = request(vec![one("minute", "u")]);
+        long.domain = "edge5".into();
+        let err = l.should_rate_limit(&long).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "domain is 5 bytes, more than the limit of 4"
+        );
+        let mut heavy = request(vec![one("minute", "u")]);
+        heavy.hits_addend = 11;
+        let err = l.should_rate_limit(&heavy).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "request hits_addend 11 is more than the limit of 10"
+        );
+        let mut heavy = one("minute", "u");
+        heavy.hits_addend = Some(1 << 31);
+        let err = l
+            .should_rate_limit(&request(vec![one("minute", "u"), heavy]))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "descriptor 1 hits_addend 2147483648 is more than the limit of 10"
         );
         assert!(err.is_invalid_request());
         let memory = l.store().as_memory().unwrap();

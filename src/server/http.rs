@@ -12,8 +12,8 @@ use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
 use crate::limiter::{Code, LimitError, Limiter, Response, Status};
 use crate::store::StoreKind;
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
@@ -28,6 +28,8 @@ struct AppState {
     health: Health,
     limiter: Arc<Limiter<StoreKind>>,
     reloads: Option<Arc<ReloadStats>>,
+    /// Largest `/json` body read (`MAX_REQUEST_BYTES`).
+    max_body: usize,
 }
 
 /// Builds the HTTP router.
@@ -35,16 +37,21 @@ pub(crate) fn router(
     health: Health,
     limiter: Arc<Limiter<StoreKind>>,
     reloads: Option<Arc<ReloadStats>>,
+    max_body: usize,
 ) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
         .route("/json", post(json))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
+        // `/json` reads its body with its own bound, answered 400 like any
+        // other bad request.
+        .layer(DefaultBodyLimit::disable())
         .with_state(AppState {
             health,
             limiter,
             reloads,
+            max_body,
         })
 }
 
@@ -62,12 +69,16 @@ pub(crate) fn metrics_router(
             health,
             limiter,
             reloads,
+            max_body: 0,
         })
 }
 
 /// `GET /metrics`: every metric in the Prometheus text format.
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let text = state.limiter.metrics().render(state.reloads.as_deref());
+    let mut text = state.limiter.metrics().render(state.reloads.as_deref());
+    if let Some(memory) = state.limiter.store().as_memory() {
+        crate::metrics::render_memory_store(&mut text, &memory.stats());
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -90,9 +101,16 @@ async fn healthcheck(State(state): State<AppState>) -> (StatusCode, &'static str
 /// `RateLimitResponse` out. 200 when OK, 429 when OVER_LIMIT, 400 with a
 /// plain-text reason for unreadable JSON or an invalid request, 503 when the
 /// store fails.
-async fn json(State(state): State<AppState>, body: Bytes) -> HttpResponse {
+async fn json(State(state): State<AppState>, body: Body) -> HttpResponse {
     let metrics = state.limiter.metrics();
     let _in_flight = metrics.start_request();
+    let Ok(body) = axum::body::to_bytes(body, state.max_body).await else {
+        metrics.record_service_error();
+        return bad_request(&format!(
+            "request body is larger than the limit of {} bytes, or was cut short",
+            state.max_body
+        ));
+    };
     let request = match serde_json::from_slice::<JsonRequest>(&body)
         .map_err(JsonError::Parse)
         .and_then(JsonRequest::into_request)

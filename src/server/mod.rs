@@ -83,6 +83,9 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// Most concurrent requests per gRPC connection before load shedding.
     pub max_concurrent_per_connection: usize,
+    /// Largest request message accepted, gRPC message or `/json` body
+    /// (`MAX_REQUEST_BYTES`); larger ones are refused before decoding.
+    pub max_request_bytes: usize,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: report NOT_SERVING while
     /// the rule index in force has no domain.
     pub healthy_only_with_rules: bool,
@@ -102,6 +105,7 @@ impl Default for ServeOptions {
         Self {
             shutdown_grace: Duration::from_secs(10),
             max_concurrent_per_connection: 1_024,
+            max_request_bytes: 1 << 20,
             healthy_only_with_rules: false,
             reload: None,
             tls: None,
@@ -252,9 +256,10 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(RateLimitServiceServer::new(grpc::RlsService::new(
-            limiter.clone(),
-        )));
+        .add_service(
+            RateLimitServiceServer::new(grpc::RlsService::new(limiter.clone()))
+                .max_decoding_message_size(options.max_request_bytes),
+        );
     let grpc_stop = draining.clone().cancelled_owned();
     // One boxed future either way: the plaintext and TLS incoming streams
     // have different types.
@@ -295,8 +300,11 @@ pub async fn serve(
             .instrument(info_span!("metrics_listener")),
         );
     }
-    let http = axum::serve(listeners.http, http::router(health, limiter, reloads))
-        .with_graceful_shutdown(draining.clone().cancelled_owned());
+    let http = axum::serve(
+        listeners.http,
+        http::router(health, limiter, reloads, options.max_request_bytes),
+    )
+    .with_graceful_shutdown(draining.clone().cancelled_owned());
 
     info!(grpc.addr = %grpc_addr, grpc.tls = options.tls.is_some(), http.addr = %http_addr, "listening");
     let servers = async {

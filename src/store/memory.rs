@@ -6,6 +6,13 @@
 //! Counters whose window has ended are reclaimed by [`MemoryStore::sweep`]
 //! (run periodically by the server) and reset in place when touched again,
 //! so memory tracks the descriptors active in the current windows only.
+//!
+//! Memory is bounded by a byte budget (`--memory-store-max-bytes`), split
+//! evenly across the shards and counting each counter's key, state and
+//! bookkeeping. A shard over its share evicts its least recently used
+//! counters: an evicted descriptor starts again from a fresh window the
+//! next time it is seen, so under memory pressure the coldest callers may
+//! be admitted more than their limit while hot ones keep exact counts.
 
 use super::{Batch, CounterId, Op, Store, StoreError};
 use crate::algorithm::fixed_window::{Counter, is_over_limit};
@@ -14,10 +21,11 @@ use crate::algorithm::sliding_log::Log;
 use crate::algorithm::sliding_window::Buckets;
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
+use lru::LruCache;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Number of lock shards; a power of two well above the core counts we run
 /// on keeps contention negligible without wasting memory on empty maps.
@@ -77,13 +85,62 @@ impl State {
     }
 }
 
+impl State {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Sliding(buckets) => buckets.heap_bytes(),
+            Self::Log(log) => log.heap_bytes(),
+            Self::Fixed(_) | Self::Gcra(_) => 0,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Slot {
     state: State,
     expires_at: UnixMillis,
+    /// What this counter is charged against the budget.
+    bytes: usize,
 }
 
-type Shard = Mutex<HashMap<SlotKey, Slot>>;
+/// Per-entry bookkeeping of the LRU map beyond key and value (hash table
+/// slot, list links, allocation headers), charged to every counter.
+const ENTRY_OVERHEAD: usize = 64;
+
+/// The bytes one counter holds: its key's text, its state's heap and the
+/// fixed size of an entry.
+fn charge(key_len: usize, state: &State) -> usize {
+    key_len
+        + state.heap_bytes()
+        + std::mem::size_of::<SlotKey>()
+        + std::mem::size_of::<Slot>()
+        + ENTRY_OVERHEAD
+}
+
+#[derive(Debug)]
+struct ShardMap {
+    map: LruCache<SlotKey, Slot, RandomState>,
+    bytes: usize,
+}
+
+type Shard = Mutex<ShardMap>;
+
+/// Default byte budget: half the 256 MiB the Kubernetes manifest gives the
+/// pod, leaving room for the rest of the process.
+pub const DEFAULT_MAX_BYTES: usize = 128 << 20;
+
+/// What the memory store holds, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes charged against the budget.
+    pub bytes: usize,
+    /// Counters held.
+    pub counters: usize,
+    /// Counters evicted to stay within the budget since start.
+    pub evictions: u64,
+    /// The budget.
+    pub max_bytes: usize,
+}
 
 /// In-process counter store; clones share the same counters.
 #[derive(Debug, Clone)]
@@ -95,6 +152,11 @@ pub struct MemoryStore {
 struct Inner {
     hasher: RandomState,
     shards: Box<[Shard]>,
+    /// Budget of each shard.
+    shard_budget: usize,
+    max_bytes: usize,
+    bytes: AtomicUsize,
+    evictions: AtomicU64,
 }
 
 impl Default for MemoryStore {
@@ -104,14 +166,60 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store with the default budget.
     pub fn new() -> Self {
-        let shards = (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect();
+        Self::with_max_bytes(DEFAULT_MAX_BYTES)
+    }
+
+    /// An empty store holding at most about `max_bytes` of counters.
+    pub fn with_max_bytes(max_bytes: usize) -> Self {
+        let hasher = RandomState::new();
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(ShardMap {
+                    map: LruCache::unbounded_with_hasher(hasher.clone()),
+                    bytes: 0,
+                })
+            })
+            .collect();
         Self {
             inner: Arc::new(Inner {
-                hasher: RandomState::new(),
+                hasher,
                 shards,
+                shard_budget: max_bytes / SHARDS,
+                max_bytes,
+                bytes: AtomicUsize::new(0),
+                evictions: AtomicU64::new(0),
             }),
+        }
+    }
+
+    /// Bytes, counters and evictions, for `/metrics`.
+    pub fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            bytes: self.inner.bytes.load(Ordering::Relaxed),
+            counters: self.len(),
+            evictions: self.inner.evictions.load(Ordering::Relaxed),
+            max_bytes: self.inner.max_bytes,
+        }
+    }
+
+    /// Charges the counter just used its new size (`old` -> `new`), then evicts least recently used
+    /// counters (never the one just used) while the shard is over budget.
+    fn account(&self, shard: &mut ShardMap, old: usize, new: usize) {
+        shard.bytes = shard.bytes.saturating_sub(old).saturating_add(new);
+        if new >= old {
+            self.inner.bytes.fetch_add(new - old, Ordering::Relaxed);
+        } else {
+            self.inner.bytes.fetch_sub(old - new, Ordering::Relaxed);
+        }
+        while shard.bytes > self.inner.shard_budget && shard.map.len() > 1 {
+            let Some((_, evicted)) = shard.map.pop_lru() else {
+                break;
+            };
+            shard.bytes = shard.bytes.saturating_sub(evicted.bytes);
+            self.inner.bytes.fetch_sub(evicted.bytes, Ordering::Relaxed);
+            self.inner.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -161,11 +269,28 @@ impl MemoryStore {
             id,
             kind: Kind::of(spec),
         };
+        let key_len = key.id.as_str().len();
         let mut shard = self.shard(&key).lock();
-        let slot = shard.entry(key).or_insert_with(|| Slot {
+        let slot = shard.map.get_or_insert_mut(key, || Slot {
             state: State::new(spec),
             expires_at: now,
+            bytes: 0,
         });
+        let outcome = Self::apply_state(slot, spec, hits, now, refuse_over);
+        let new = charge(key_len, &slot.state);
+        let old = std::mem::replace(&mut slot.bytes, new);
+        self.account(&mut shard, old, new);
+        outcome
+    }
+
+    /// Runs one operation on a counter's state.
+    fn apply_state(
+        slot: &mut Slot,
+        spec: &Spec,
+        hits: u64,
+        now: UnixMillis,
+        refuse_over: bool,
+    ) -> Outcome {
         match (spec, &mut slot.state) {
             (Spec::FixedWindow { window, limit }, State::Fixed(counter)) => {
                 if refuse_over && hits > 0 {
@@ -231,7 +356,7 @@ impl MemoryStore {
             kind: Kind::of(&op.spec),
         };
         let mut shard = self.shard(&key).lock();
-        let Some(slot) = shard.get_mut(&key) else {
+        let Some(slot) = shard.map.peek_mut(&key) else {
             return;
         };
         match (&op.spec, &mut slot.state) {
@@ -255,18 +380,30 @@ impl MemoryStore {
     /// how many were removed.
     pub fn sweep(&self, now: UnixMillis) -> usize {
         let mut removed = 0;
+        let mut ended: Vec<SlotKey> = Vec::new();
         for shard in &self.inner.shards {
-            let mut map = shard.lock();
-            let before = map.len();
-            map.retain(|_, slot| slot.expires_at > now);
-            removed += before - map.len();
+            let mut shard = shard.lock();
+            ended.extend(
+                shard
+                    .map
+                    .iter()
+                    .filter(|(_, slot)| slot.expires_at <= now)
+                    .map(|(key, _)| key.clone()),
+            );
+            for key in ended.drain(..) {
+                if let Some(slot) = shard.map.pop(&key) {
+                    shard.bytes = shard.bytes.saturating_sub(slot.bytes);
+                    self.inner.bytes.fetch_sub(slot.bytes, Ordering::Relaxed);
+                    removed += 1;
+                }
+            }
         }
         removed
     }
 
     /// Number of live counters (for metrics and tests).
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| s.lock().len()).sum()
+        self.inner.shards.iter().map(|s| s.lock().map.len()).sum()
     }
 
     /// Whether no counter is held.
@@ -407,5 +544,43 @@ mod tests {
         });
         let t = store.apply(batch(vec![op("hot", 60, 0)]), now);
         assert_eq!(t[0].after, 8_000);
+    }
+
+    #[test]
+    fn budget_evicts_cold_counters_and_keeps_hot_ones_exact() {
+        // 64 shards of 2 KiB: a few counters per shard.
+        let store = MemoryStore::with_max_bytes(SHARDS * 2_048);
+        let now = UnixMillis::from_secs(7);
+        for i in 0..20_000 {
+            store.apply(
+                batch(vec![
+                    op("hot", 3_600, 1),
+                    op(&format!("cold-{i}"), 3_600, 1),
+                ]),
+                now,
+            );
+        }
+        let stats = store.stats();
+        assert!(stats.bytes <= stats.max_bytes, "{stats:?}");
+        assert!(stats.evictions > 19_000, "{stats:?}");
+        assert!(stats.counters < 1_000, "{stats:?}");
+        let hot = store.apply(batch(vec![op("hot", 3_600, 0)]), now);
+        assert_eq!(hot[0].after, 20_000);
+        // The bytes charged are exactly what the counters held add up to.
+        let held: usize = store
+            .inner
+            .shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .map
+                    .iter()
+                    .map(|(_, slot)| slot.bytes)
+                    .sum::<usize>()
+            })
+            .sum();
+        assert_eq!(held, store.stats().bytes);
+        store.sweep(UnixMillis::from_secs(1_000_000));
+        assert_eq!(store.stats().bytes, 0);
     }
 }

@@ -358,7 +358,7 @@ impl RedisStore {
         };
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(1).arg(key.as_str());
-        let mut members = None;
+        let mut log_prefix = None;
         match op.spec {
             Spec::FixedWindow { window, limit } => {
                 cmd.arg(op.hits)
@@ -393,7 +393,7 @@ impl RedisStore {
                     ));
                 }
                 if refuse_over {
-                    members = Some((1..=op.hits).map(|k| format!("{prefix}{k}")).collect());
+                    log_prefix = Some(prefix);
                 }
             }
             Spec::Gcra(gcra) => {
@@ -405,8 +405,12 @@ impl RedisStore {
             }
         }
         let undo = if refuse_over {
-            Some(match members {
-                Some(members) => Undo::Members { key, members },
+            Some(match log_prefix {
+                Some(prefix) => Undo::Members {
+                    key,
+                    prefix,
+                    hits: op.hits,
+                },
                 None => Undo::Decrement {
                     key,
                     amount: undo_amount,
@@ -472,11 +476,12 @@ async fn take_back(
                         .arg(key.as_str())
                         .arg(*amount);
                 }
-                Undo::Members { key, members } => {
+                Undo::Members { key, prefix, hits } => {
                     cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
                         .arg(1)
                         .arg(key.as_str())
-                        .arg(members);
+                        .arg(prefix.as_str())
+                        .arg(*hits);
                 }
             }
             cmd
@@ -652,8 +657,13 @@ fn integers(value: &redis::Value) -> Vec<i64> {
 enum Undo {
     /// DECRBY the key (counters, buckets, TATs).
     Decrement { key: String, amount: u64 },
-    /// ZREM these members (sliding log).
-    Members { key: String, members: Vec<String> },
+    /// ZREM the request's members, `prefix` followed by 1..=hits (sliding
+    /// log); the script rebuilds them, so the command stays small.
+    Members {
+        key: String,
+        prefix: String,
+        hits: u64,
+    },
 }
 
 /// Reads a script reply: the same pure functions as the memory store turn

@@ -39,13 +39,21 @@ while ARGV[i] do
   end
   i = i + 2
 end
+-- Admitted hits never exceed the largest limit (validation caps it at
+-- 10 000), so this loop is bounded whatever hits_addend says; members go in
+-- chunks to stay under Lua's unpack limit.
 if hits > 0 and admitted then
-  local args = {}
-  for k = 1, hits do
-    args[#args + 1] = ARGV[2]
-    args[#args + 1] = ARGV[5] .. k
+  local k = 1
+  while k <= hits do
+    local args = {}
+    local last = math.min(hits, k + 999)
+    for m = k, last do
+      args[#args + 1] = ARGV[2]
+      args[#args + 1] = ARGV[5] .. m
+    end
+    redis.call('ZADD', KEYS[1], unpack(args))
+    k = last + 1
   end
-  redis.call('ZADD', KEYS[1], unpack(args))
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   reply[1] = 1
 end
