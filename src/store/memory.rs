@@ -36,7 +36,7 @@ const SHARDS: usize = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     Fixed { window_secs: u64 },
-    Sliding { bucket_secs: u64 },
+    Sliding,
     Log,
     Gcra { interval_us: u64, burst: u64 },
 }
@@ -47,9 +47,7 @@ impl Kind {
             Spec::FixedWindow { window, .. } => Self::Fixed {
                 window_secs: window.window_secs(),
             },
-            Spec::SlidingWindow(sw) => Self::Sliding {
-                bucket_secs: sw.bucket_secs(),
-            },
+            Spec::SlidingWindow(_) => Self::Sliding,
             Spec::SlidingLog(_) => Self::Log,
             Spec::Gcra(g) => Self::Gcra {
                 interval_us: g.interval_us(),

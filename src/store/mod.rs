@@ -86,6 +86,12 @@ pub enum StoreError {
         #[source]
         source: ::redis::RedisError,
     },
+    /// Redis answered something floodgate cannot read as a counter state.
+    #[error("unexpected reply from redis: {detail}")]
+    BadReply {
+        /// What came back.
+        detail: String,
+    },
     /// A TLS certificate or key file cannot be read.
     #[error("cannot read redis tls file {path}")]
     TlsFile {
@@ -108,6 +114,11 @@ impl From<::redis::RedisError> for StoreError {
     /// dropped, refused or cluster connections are; script or protocol errors
     /// are not.
     fn from(source: ::redis::RedisError) -> Self {
+        if source.kind() == ::redis::ErrorKind::UnexpectedReturnType {
+            return Self::BadReply {
+                detail: source.detail().unwrap_or_default().to_owned(),
+            };
+        }
         let transient = source.is_timeout()
             || source.is_connection_dropped()
             || source.is_connection_refusal()
@@ -132,7 +143,7 @@ impl StoreError {
         match self {
             Self::NotConnected | Self::Timeout => true,
             Self::Redis { transient, .. } => *transient,
-            Self::Config { .. } | Self::TlsFile { .. } => false,
+            Self::Config { .. } | Self::TlsFile { .. } | Self::BadReply { .. } => false,
         }
     }
 }

@@ -51,6 +51,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: gcra}
   - key: gcra_burst
     rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra, burst: 3}
+  - key: second_and_hour
+    rate_limits:
+      - {unit: second, requests_per_unit: 10, algorithm: sliding_window}
+      - {unit: hour, requests_per_unit: 25, algorithm: sliding_window}
   - key: log_exact
     rate_limits:
       - {unit: second, requests_per_unit: 2, algorithm: sliding_log}
@@ -336,6 +340,66 @@ pub(crate) async fn burst_then_sustained_sliding_windows(backend: Backend) {
     assert_eq!(cut, Some((8, 5_000)));
 }
 
+/// A one-second window beside an hour is exact to the second (not to the
+/// hour's one-minute buckets); a request refused as a whole takes back its
+/// hits from every bucket series; a huge `hits_addend` on a sliding log is
+/// refused without work that grows with it.
+pub(crate) async fn per_window_buckets_and_whole_refusals(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis(T0 * 1_000 + 200));
+    let options = LimiterOptions {
+        stop_when_over: true,
+        ..LimiterOptions::default()
+    };
+    let l = limiter(&backend, &clock, options);
+    let once = [("second_and_hour", "a", None)];
+    for _ in 0..10 {
+        assert_eq!(ask(&l, &once).await.overall_code, Code::Ok);
+    }
+    assert_eq!(ask(&l, &once).await.overall_code, Code::OverLimit);
+    clock.advance(Duration::from_millis(1_500));
+    for i in 0..10 {
+        assert_eq!(ask(&l, &once).await.overall_code, Code::Ok, "call {i}");
+    }
+    let r = ask(&l, &once).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        10
+    );
+    // Refused as a whole by `user`: nothing counted in either series.
+    clock.advance(Duration::from_secs(2));
+    let r = ask(
+        &l,
+        &[("second_and_hour", "a", Some(5)), ("user", "y", Some(5))],
+    )
+    .await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(
+        codes(&ask(&l, &[("second_and_hour", "a", Some(5))]).await),
+        vec![(Code::Ok, 0)],
+        "the hour holds 20 + 5, so the refused 5 were taken back"
+    );
+    // A huge hits_addend on a log of 2/s: refused, nothing counted.
+    let r = ask(
+        &l,
+        &[("log_exact", "big", Some(900_000_000)), ("user", "z", None)],
+    )
+    .await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(
+        codes(&ask(&l, &[("user", "z", None)]).await),
+        vec![(Code::Ok, 2)]
+    );
+    assert_eq!(
+        codes(&ask(&l, &[("log_exact", "big", Some(2))]).await),
+        vec![(Code::Ok, 0)]
+    );
+}
+
 /// A fixed window admits twice its limit across a window edge; the sliding
 /// algorithms and GCRA do not.
 pub(crate) async fn boundary_burst(backend: Backend) {
@@ -531,6 +595,7 @@ conformance!(
     boundary_burst,
     gcra_burst_then_rate,
     sliding_log_is_exact,
+    per_window_buckets_and_whole_refusals,
 );
 
 mod differential {

@@ -5,7 +5,7 @@
 //! ```text
 //! key    = prefix "{" identity "}" suffix
 //! suffix = "f" window_secs ":" window_start_secs      ; fixed window
-//!        | "s" bucket_secs ":" bucket_start_secs      ; sliding window bucket
+//!        | "s" bucket_secs ":" bucket_start_secs      ; sliding window bucket (one series per bucket length)
 //!        | "l"                                        ; sliding log (sorted set)
 //!        | "g" interval_us ":" burst                  ; gcra TAT
 //! ```
@@ -50,11 +50,11 @@ impl Keys {
         key
     }
 
-    /// The prefix of every bucket key of a sliding window with buckets of
-    /// `bucket_secs`; a bucket's key is this followed by its start.
-    pub(crate) fn sliding_base(&self, id: &CounterId, bucket_secs: u64) -> String {
+    /// The prefix of every bucket key of a sliding window; a bucket's key
+    /// is this followed by `bucket_secs ":" bucket_start_secs`.
+    pub(crate) fn sliding_base(&self, id: &CounterId) -> String {
         let mut key = self.tagged(id);
-        let _ = write!(key, "s{bucket_secs}:");
+        key.push('s');
         key
     }
 
@@ -96,7 +96,7 @@ mod tests {
     fn every_algorithm_shares_the_descriptor_hash_tag() {
         let keys = Keys::new("p:");
         let id = CounterId::new("d", [("k", "v")]);
-        assert_eq!(keys.sliding_base(&id, 1), "p:{d|k=v}s1:");
+        assert_eq!(keys.sliding_base(&id), "p:{d|k=v}s");
         assert_eq!(keys.sliding_log(&id), "p:{d|k=v}l");
         assert_eq!(keys.gcra(&id, 100_000, 5), "p:{d|k=v}g100000:5");
     }

@@ -343,10 +343,12 @@ impl RedisStore {
                 op.hits,
             ),
             Spec::SlidingWindow(sw) => {
-                let mut key = keys.sliding_base(&op.id, sw.bucket_secs());
+                let mut key = keys.sliding_base(&op.id);
                 base_len = key.len();
-                // Infallible: writing to a String cannot fail.
-                let _ = write!(key, "{}", sw.bucket_start(now));
+                if let Some(first) = sw.series().as_slice().first() {
+                    // Infallible: writing to a String cannot fail.
+                    let _ = write!(key, "{}:{}", first.bucket_secs, first.current_start(now));
+                }
                 (&*scripts::SLIDING_WINDOW, key, op.hits)
             }
             Spec::SlidingLog(_) => (&*scripts::SLIDING_LOG, keys.sliding_log(&op.id), 0),
@@ -367,16 +369,20 @@ impl RedisStore {
                     .arg(u8::from(refuse_over));
             }
             Spec::SlidingWindow(sw) => {
+                let series = sw.series();
                 cmd.arg(op.hits)
                     .arg(key.get(..base_len).unwrap_or_default())
-                    .arg(sw.bucket_start(now))
-                    .arg(sw.bucket_secs())
-                    .arg(sw.buckets())
-                    .arg(sw.ttl_secs())
-                    .arg(u8::from(sw.count_rejected() && !refuse_over));
-                for &(limit, window_secs) in sw.limits() {
-                    cmd.arg(limit)
-                        .arg(window_secs.div_ceil(sw.bucket_secs()).max(1));
+                    .arg(u8::from(sw.count_rejected() && !refuse_over))
+                    .arg(series.as_slice().len());
+                for s in series.as_slice() {
+                    cmd.arg(s.bucket_secs)
+                        .arg(s.newest_start(now))
+                        .arg(s.len())
+                        .arg(s.ahead)
+                        .arg(s.ttl_secs());
+                }
+                for (limit, offset, covered) in sw.windows() {
+                    cmd.arg(limit).arg(offset).arg(covered);
                 }
             }
             Spec::SlidingLog(sl) => {
@@ -412,7 +418,19 @@ impl RedisStore {
                     hits: op.hits,
                 },
                 None => Undo::Decrement {
-                    key,
+                    keys: match op.spec {
+                        Spec::SlidingWindow(sw) => {
+                            let base = key.get(..base_len).unwrap_or_default();
+                            sw.series()
+                                .as_slice()
+                                .iter()
+                                .map(|s| {
+                                    format!("{base}{}:{}", s.bucket_secs, s.current_start(now))
+                                })
+                                .collect()
+                        }
+                        _ => vec![key],
+                    },
                     amount: undo_amount,
                 },
             })
@@ -440,12 +458,19 @@ impl RedisStore {
             }
             _ => execute(connection, cmds).await?,
         };
+        if replies.len() != batch.ops.len() {
+            return Err(bad_reply(format!(
+                "{} replies for {} operations",
+                replies.len(),
+                batch.ops.len()
+            )));
+        }
         let mut outcomes: Vec<Outcome> = batch
             .ops
             .iter()
             .zip(&replies)
             .map(|(op, reply)| outcome(op, reply, now))
-            .collect();
+            .collect::<RedisResult<_>>()?;
         if batch.stop_when_over && outcomes.iter().any(|o| o.over_limit) {
             take_back(connection, &batch.ops, &undos, &mut outcomes, now).await?;
         }
@@ -470,11 +495,12 @@ async fn take_back(
         .map(|undo| {
             let mut cmd = redis::cmd("EVALSHA");
             match undo {
-                Undo::Decrement { key, amount } => {
-                    cmd.arg(scripts::TAKE_BACK.get_hash())
-                        .arg(1)
-                        .arg(key.as_str())
-                        .arg(*amount);
+                Undo::Decrement { keys, amount } => {
+                    cmd.arg(scripts::TAKE_BACK.get_hash()).arg(keys.len());
+                    for key in keys {
+                        cmd.arg(key.as_str());
+                    }
+                    cmd.arg(*amount);
                 }
                 Undo::Members { key, prefix, hits } => {
                     cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
@@ -551,7 +577,7 @@ async fn execute(connection: &Connection, cmds: Vec<redis::Cmd>) -> RedisResult<
             }
             return results
                 .into_iter()
-                .map(|r| r.map(|value| integers(&value)))
+                .map(|r| r.and_then(|value| integers(&value)))
                 .collect();
         }
     };
@@ -559,7 +585,7 @@ async fn execute(connection: &Connection, cmds: Vec<redis::Cmd>) -> RedisResult<
         .into_iter()
         .map(|value| match value {
             redis::Value::ServerError(err) => Err(RedisError::from(err)),
-            value => Ok(integers(&value)),
+            value => integers(&value),
         })
         .collect()
 }
@@ -618,8 +644,8 @@ async fn execute_batch(
         other => other?,
     };
     match value {
-        redis::Value::Array(replies) => Ok(replies.iter().map(integers).collect()),
-        other => Ok(vec![integers(&other)]),
+        redis::Value::Array(replies) => replies.iter().map(integers).collect(),
+        other => Err(bad_reply(format!("batch reply {other:?}"))),
     }
 }
 
@@ -643,20 +669,38 @@ async fn load_scripts<C: redis::aio::ConnectionLike>(conn: &mut C) -> RedisResul
     Ok(())
 }
 
-/// A script reply as integers: an integer, or an array of them.
-fn integers(value: &redis::Value) -> Vec<i64> {
+/// A script reply as integers: an integer, or an array of integers.
+/// Anything else is an unexpected reply, never read as zero.
+fn integers(value: &redis::Value) -> RedisResult<Vec<i64>> {
     match value {
-        redis::Value::Int(n) => vec![*n],
-        redis::Value::Array(items) => items.iter().flat_map(integers).collect(),
-        _ => Vec::new(),
+        redis::Value::Int(n) => Ok(vec![*n]),
+        redis::Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                redis::Value::Int(n) => Ok(*n),
+                other => Err(bad_reply(format!("array item {other:?}"))),
+            })
+            .collect(),
+        other => Err(bad_reply(format!("{other:?}"))),
     }
+}
+
+/// The error of a script reply floodgate cannot read (a script from another
+/// version, a proxy in between): a typed store error, answered by the
+/// failure policy.
+fn bad_reply(detail: String) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected script reply",
+        detail,
+    ))
 }
 
 /// How to undo one counted operation of a refused batch.
 #[derive(Debug)]
 enum Undo {
-    /// DECRBY the key (counters, buckets, TATs).
-    Decrement { key: String, amount: u64 },
+    /// DECRBY the keys (counters, the current bucket of each series, TATs).
+    Decrement { keys: Vec<String>, amount: u64 },
     /// ZREM the request's members, `prefix` followed by 1..=hits (sliding
     /// log); the script rebuilds them, so the command stays small.
     Members {
@@ -667,11 +711,24 @@ enum Undo {
 }
 
 /// Reads a script reply: the same pure functions as the memory store turn
-/// the state Redis saw into the answer.
-fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> Outcome {
+/// the state Redis saw into the answer. A reply of the wrong length is an
+/// error, never a fresh window.
+fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Outcome> {
+    let expected = match op.spec {
+        Spec::FixedWindow { .. } => 3,
+        Spec::SlidingWindow(sw) => 1 + sw.buckets(),
+        Spec::SlidingLog(sl) => 1 + 2 * sl.limits().len(),
+        Spec::Gcra(_) => 2,
+    };
+    if reply.len() != expected {
+        return Err(bad_reply(format!(
+            "{} integers where {expected} were expected",
+            reply.len()
+        )));
+    }
     let at = |i: usize| reply.get(i).copied().unwrap_or(0);
     let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
-    match op.spec {
+    Ok(match op.spec {
         Spec::FixedWindow { window, limit } => {
             let (before, after) = (unsigned(at(0)), unsigned(at(1)));
             if at(2) == 1 {
@@ -688,9 +745,9 @@ fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> Outcome {
             let probes: Vec<WindowProbe> = reply
                 .get(1..)
                 .unwrap_or_default()
-                .chunks(2)
+                .chunks_exact(2)
                 .map(|pair| WindowProbe {
-                    count: unsigned(pair[0]),
+                    count: pair.first().map_or(0, |&v| unsigned(v)),
                     at_us: pair.get(1).and_then(|&v| u64::try_from(v).ok()),
                 })
                 .collect();
@@ -702,7 +759,7 @@ fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> Outcome {
             outcome.counted = at(0) == 1;
             outcome
         }
-    }
+    })
 }
 
 impl Store for RedisStore {
@@ -927,13 +984,64 @@ mod tests {
             },
             hits: 2,
         };
-        let o = outcome(&op, &[3, 5, 1], now);
+        let o = outcome(&op, &[3, 5, 1], now).unwrap();
         assert_eq!(
             (o.over_limit, o.remaining, o.reset.as_secs()),
             (false, 0, 30)
         );
-        let o = outcome(&op, &[4, 6, 0], now);
+        let o = outcome(&op, &[4, 6, 0], now).unwrap();
         assert!(o.over_limit && !o.counted);
         assert!(is_over_limit(o.after, 5));
+    }
+
+    #[test]
+    fn unexpected_replies_are_typed_errors_never_fresh_windows() {
+        let now = UnixMillis::from_secs(1_230);
+        let op = |spec| Op {
+            id: crate::store::CounterId::new("d", [("k", "v")]),
+            spec,
+            hits: 1,
+        };
+        let fixed = op(Spec::FixedWindow {
+            window: FixedWindow::new(60),
+            limit: 5,
+        });
+        let log = op(Spec::SlidingLog(crate::algorithm::SlidingLog::new(
+            crate::algorithm::Limits::new([(5, 1_000), (9, 60_000)]),
+        )));
+        let gcra = op(Spec::Gcra(crate::algorithm::Gcra::new(5, 1_000, 5)));
+        for (op, reply) in [
+            (&fixed, &[][..]),
+            (&fixed, &[1, 2][..]),
+            (&fixed, &[1, 2, 1, 0][..]),
+            (&log, &[1, 0, -1][..]),
+            (&gcra, &[1][..]),
+        ] {
+            let err = StoreError::from(outcome(op, reply, now).unwrap_err());
+            assert!(
+                matches!(err, StoreError::BadReply { .. }),
+                "{reply:?}: {err:?}"
+            );
+            assert!(!err.is_transient());
+        }
+        assert!(outcome(&log, &[1, 0, -1, 0, -1], now).is_ok());
+        for value in [
+            redis::Value::Nil,
+            redis::Value::Okay,
+            redis::Value::BulkString(b"12".to_vec()),
+            redis::Value::Array(vec![redis::Value::Int(1), redis::Value::Nil]),
+            redis::Value::Array(vec![redis::Value::Array(vec![])]),
+        ] {
+            let err = StoreError::from(integers(&value).unwrap_err());
+            assert!(matches!(err, StoreError::BadReply { .. }), "{err:?}");
+        }
+        assert_eq!(
+            integers(&redis::Value::Array(vec![
+                redis::Value::Int(3),
+                redis::Value::Int(-1)
+            ]))
+            .unwrap(),
+            vec![3, -1]
+        );
     }
 }

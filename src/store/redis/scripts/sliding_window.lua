@@ -1,53 +1,68 @@
 -- Sliding windows over per-bucket counters, atomic inside Redis.
 --
--- KEYS[1]  counter of the current bucket
--- ARGV[1]  hits to add (0 reads without counting)
--- ARGV[2]  key base: a bucket's key is this base followed by its start
---          (same hash tag as KEYS[1], so every bucket is in one slot)
--- ARGV[3]  start of the current bucket, seconds
--- ARGV[4]  bucket length, seconds
--- ARGV[5]  buckets to read, newest first
--- ARGV[6]  expiry of a new bucket, seconds (longest window + one bucket)
--- ARGV[7]  '1' to count denied hits too (count_rejected), else '0'
--- ARGV[8…] pairs: limit, buckets covered by that window
+-- Each bucket length is one series of counters; a bucket's key is the key
+-- base, the bucket length, ':' and the bucket start (all under the same hash
+-- tag as KEYS[1], so every bucket is in one slot).
 --
--- Reply: {counted, count of bucket 0 (current), count of bucket 1, …} with
--- the counts read before this call; counted is 1 when the hits were added.
+-- KEYS[1]  a bucket key of this descriptor (for routing)
+-- ARGV[1]  hits to add (0 reads without counting)
+-- ARGV[2]  key base
+-- ARGV[3]  '1' to count denied hits too (count_rejected), else '0'
+-- ARGV[4]  number of series s
+-- then per series, 5 values: bucket length (s), start of the newest bucket
+--          read (s), buckets read (newest first), buckets read ahead of the
+--          current one, expiry of a new bucket (s)
+-- then per window, 3 values: limit, offset of its series in the counts
+--          (0-based), buckets it covers from there
+--
+-- Reply: {counted, counts…}: the counts read before this call, per series,
+-- newest first; counted is 1 when the hits were added to the current
+-- bucket of every series.
 local hits = tonumber(ARGV[1])
-local start = tonumber(ARGV[3])
-local len = tonumber(ARGV[4])
-local n = tonumber(ARGV[5])
+local nseries = tonumber(ARGV[4])
 local keys = {}
-for j = 0, n - 1 do
-  keys[j + 1] = ARGV[2] .. string.format('%d', start - j * len)
+local at = 5
+for s = 1, nseries do
+  local len = tonumber(ARGV[at])
+  local newest = tonumber(ARGV[at + 1])
+  for j = 0, tonumber(ARGV[at + 2]) - 1 do
+    keys[#keys + 1] = ARGV[2] .. ARGV[at] .. ':' .. string.format('%d', newest - j * len)
+  end
+  at = at + 5
 end
 local raw = redis.call('MGET', unpack(keys))
 local counts = {}
-for j = 1, n do
-  counts[j] = tonumber(raw[j] or '0')
+for j = 1, #keys do
+  counts[j] = tonumber(raw[j] or '0') or 0
 end
 local admitted = true
-local i = 8
-while ARGV[i] do
-  local limit = tonumber(ARGV[i])
+while ARGV[at] do
+  local limit = tonumber(ARGV[at])
+  local from = tonumber(ARGV[at + 1])
   local sum = 0
-  for j = 1, tonumber(ARGV[i + 1]) do
+  for j = from + 1, from + tonumber(ARGV[at + 2]) do
     sum = sum + counts[j]
   end
   if sum + hits > limit then
     admitted = false
   end
-  i = i + 2
+  at = at + 3
 end
 local reply = {0}
-if hits > 0 and (admitted or ARGV[7] == '1') then
-  local after = redis.call('INCRBY', KEYS[1], hits)
-  if after == hits then
-    redis.call('EXPIRE', KEYS[1], ARGV[6])
+if hits > 0 and (admitted or ARGV[3] == '1') then
+  at = 5
+  for s = 1, nseries do
+    local len = tonumber(ARGV[at])
+    local current = tonumber(ARGV[at + 1]) - tonumber(ARGV[at + 3]) * len
+    local key = ARGV[2] .. ARGV[at] .. ':' .. string.format('%d', current)
+    if redis.call('INCRBY', key, hits) == hits then
+      redis.call('EXPIRE', key, ARGV[at + 4])
+    end
+    at = at + 5
   end
   reply[1] = 1
 end
-for j = 1, n do
+for j = 1, #keys do
   reply[j + 1] = counts[j]
 end
 return reply
