@@ -469,13 +469,21 @@ impl<S: Store> Limiter<S> {
                 slots.push(slot);
             }
         }
+        if self.options.stop_when_over && slots.iter().any(|s| s.cached) {
+            // As the reference: a descriptor already over the limit in the
+            // local cache makes the request count nothing anywhere; the
+            // others are read (hits 0) for their answers.
+            for op in &mut batch.ops {
+                op.hits = 0;
+            }
+        }
         if !batch.is_empty() {
             // Identities are kept only when the local cache needs them.
-            let cached_ids: Vec<(CounterId, Spec)> = match &self.local_cache {
+            let cached_ids: Vec<(CounterId, Spec, u64)> = match &self.local_cache {
                 Some(_) => batch
                     .ops
                     .iter()
-                    .map(|op| (op.id.clone(), op.spec))
+                    .map(|op| (op.id.clone(), op.spec, op.hits))
                     .collect(),
                 None => Vec::new(),
             };
@@ -488,8 +496,17 @@ impl<S: Store> Limiter<S> {
                         slots[s].outcome = Some(outcome);
                     }
                     if let Some(cache) = &self.local_cache {
-                        for (&s, (id, spec)) in sent.iter().zip(&cached_ids) {
-                            if slots[s].outcome.is_some_and(|o| o.over_limit) {
+                        for (&s, (id, spec, hits)) in sent.iter().zip(&cached_ids) {
+                            // Only a counter really over its limit is
+                            // cached: one that counted the hits, or a read
+                            // of one already over. A refusal that counted
+                            // nothing (stop-increment) leaves the counter
+                            // below the limit, so later smaller requests
+                            // must still be asked.
+                            if slots[s]
+                                .outcome
+                                .is_some_and(|o| o.over_limit && (o.counted || *hits == 0))
+                            {
                                 cache.insert(id, *spec, now);
                             }
                         }

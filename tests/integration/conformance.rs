@@ -253,6 +253,45 @@ pub(crate) async fn stop_increment_reference_vector(backend: Backend) {
     assert_eq!(codes(&r), vec![(Code::Ok, 1), (Code::Ok, 0)]);
 }
 
+/// Stop-increment with the local cache: a refusal that counted nothing is
+/// not cached, and a descriptor answered from the cache makes the others
+/// count nothing.
+pub(crate) async fn stop_increment_with_local_cache(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let options = LimiterOptions {
+        stop_when_over: true,
+        local_cache_bytes: 1 << 20,
+        ..LimiterOptions::default()
+    };
+    let l = limiter(&backend, &clock, options);
+    ask(&l, &[("key4", "v", Some(13)), ("key5", "v", Some(13))]).await;
+    let r = ask(&l, &[("key4", "v", Some(2)), ("key5", "v", Some(2))]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    // key5 still holds 13 of 14: a request of one fits, not the cache.
+    assert_eq!(
+        codes(&ask(&l, &[("key5", "v", Some(1))]).await),
+        vec![(Code::Ok, 0)]
+    );
+    // Another instance (no stop-increment) pushes `user d` over its limit.
+    let other = limiter(&backend, &clock, LimiterOptions::default());
+    for _ in 0..4 {
+        ask(&other, &[("user", "d", None)]).await;
+    }
+    // Read over the limit: cached; then the request's other descriptor
+    // counts nothing.
+    assert_eq!(
+        codes(&ask(&l, &[("user", "d", Some(0))]).await),
+        vec![(Code::OverLimit, 0)]
+    );
+    let r = ask(&l, &[("user", "d", None), ("key4", "w", Some(5))]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    assert_eq!(
+        codes(&ask(&l, &[("key4", "w", Some(0))]).await),
+        vec![(Code::Ok, 15)],
+        "key4 counted nothing beside a cached descriptor"
+    );
+}
+
 pub(crate) async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(&backend, &clock, LimiterOptions::default());
@@ -589,6 +628,7 @@ conformance!(
     hits_addend_reference_vectors,
     shadow_and_replaces,
     stop_increment_reference_vector,
+    stop_increment_with_local_cache,
     concurrent_calls_admit_exactly_the_limit,
     hostile_values_never_collide,
     burst_then_sustained_sliding_windows,
