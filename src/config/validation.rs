@@ -607,6 +607,25 @@ fn check_rate_limits(
         );
         ok = false;
     }
+    if ok {
+        // Two limits of one window length would share one counter (its key
+        // is the window) and count every hit twice.
+        for (j, limit) in limits.iter().enumerate() {
+            let first = limits
+                .iter()
+                .position(|other| other.window_secs() == limit.window_secs());
+            if let Some(i) = first.filter(|&i| i < j) {
+                check.issue(
+                    &place.render(&format!(".rate_limits[{j}]")),
+                    format!(
+                        "has the same window ({} s) as rate_limits[{i}]; the windows of one descriptor must differ",
+                        limit.window_secs()
+                    ),
+                );
+                ok = false;
+            }
+        }
+    }
     ok.then_some((Policy::Limited(limits), replaces))
 }
 
@@ -909,6 +928,7 @@ mod tests {
         "missing_requests_per_unit",
         "rate_limits_with_rate_limit",
         "rate_limits_mixed_algorithms",
+        "rate_limits_same_window",
         "rate_limits_unlimited",
         "sliding_log_too_large",
         "burst_without_gcra",
