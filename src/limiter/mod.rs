@@ -417,6 +417,22 @@ impl<S: Store> Limiter<S> {
     /// [`LimitError`] for an empty or oversized request (nothing is counted)
     /// or when the store fails.
     pub async fn should_rate_limit(&self, request: &Request) -> Result<Response, LimitError> {
+        self.should_rate_limit_within(request, None).await
+    }
+
+    /// Answers one request, giving the store at most `deadline` (the
+    /// caller's own deadline, less a margin): past it the failure policy
+    /// answers, so the caller hears floodgate's answer, not its own timeout.
+    ///
+    /// # Errors
+    ///
+    /// As [`Limiter::should_rate_limit`]; a store that misses the deadline
+    /// is [`StoreError::Timeout`].
+    pub async fn should_rate_limit_within(
+        &self,
+        request: &Request,
+        deadline: Option<Duration>,
+    ) -> Result<Response, LimitError> {
         self.validate(request)?;
         let index = self.rules.load_full();
         let now = self.clock.now();
@@ -488,7 +504,12 @@ impl<S: Store> Limiter<S> {
                 None => Vec::new(),
             };
             let started = std::time::Instant::now();
-            let result = self.store.execute(batch, now).await;
+            let result = match deadline {
+                Some(deadline) => tokio::time::timeout(deadline, self.store.execute(batch, now))
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout)),
+                None => self.store.execute(batch, now).await,
+            };
             self.metrics.observe_store(started.elapsed());
             match result {
                 Ok(results) => {

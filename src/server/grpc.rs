@@ -14,6 +14,7 @@ use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
 use crate::limiter::{Code, LimitError, Limiter, Response, Status};
 use crate::store::StoreKind;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::{Span, field, instrument};
 
 /// The RLS service handed to tonic.
@@ -46,9 +47,19 @@ impl RateLimitService for RlsService {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let metrics = self.limiter.metrics();
         let _in_flight = metrics.start_request();
+        let deadline = request
+            .metadata()
+            .get("grpc-timeout")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_grpc_timeout)
+            .map(store_deadline);
         let request = request_from_proto(request.into_inner())
             .inspect_err(|_| metrics.record_service_error())?;
-        match self.limiter.should_rate_limit(&request).await {
+        match self
+            .limiter
+            .should_rate_limit_within(&request, deadline)
+            .await
+        {
             Ok(response) => {
                 Span::current().record("rl.code", field::debug(response.overall_code));
                 Ok(tonic::Response::new(response_to_proto(response)))
@@ -59,6 +70,32 @@ impl RateLimitService for RlsService {
             }
         }
     }
+}
+
+/// Parses a `grpc-timeout` header: at most 8 digits and a unit (`H`, `M`,
+/// `S`, `m`, `u`, `n`); `None` when malformed.
+fn parse_grpc_timeout(text: &str) -> Option<Duration> {
+    let split = text.len().checked_sub(1)?;
+    let (digits, unit) = (text.get(..split)?, text.get(split..)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3_600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The store's share of a caller's timeout: a tenth is kept back (at most
+/// 50 ms) to answer by the failure policy and send the reply in time.
+fn store_deadline(timeout: Duration) -> Duration {
+    timeout.saturating_sub((timeout / 10).min(Duration::from_millis(50)))
 }
 
 /// Why a proto request cannot become a domain request.
@@ -211,6 +248,30 @@ pub(crate) fn status_from_error(err: &LimitError) -> tonic::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_and_keep_a_margin() {
+        assert_eq!(parse_grpc_timeout("20m"), Some(Duration::from_millis(20)));
+        assert_eq!(parse_grpc_timeout("1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3_600)));
+        assert_eq!(parse_grpc_timeout("500u"), Some(Duration::from_micros(500)));
+        assert_eq!(
+            parse_grpc_timeout("99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in ["", "m", "123456789m", "12x", "-1S", "1.5S", "é"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            store_deadline(Duration::from_millis(20)),
+            Duration::from_millis(18)
+        );
+        assert_eq!(
+            store_deadline(Duration::from_secs(10)),
+            Duration::from_millis(9_950)
+        );
+    }
     use crate::descriptor::Unit;
     use crate::limiter::CurrentLimit;
     use std::time::Duration;

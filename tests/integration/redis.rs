@@ -645,3 +645,84 @@ async fn tls_hostname_checks_can_be_skipped_but_not_the_ca() {
     };
     assert!(RedisStore::new(wrong_ca).connect().await.is_err());
 }
+
+/// A Redis that stops answering (SIGSTOP) with a long `REDIS_TIMEOUT`: the
+/// caller's `grpc-timeout` bounds the wait, and the caller gets floodgate's
+/// failure-policy answer, not its own deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_deadline_is_answered_by_the_failure_policy() {
+    let redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_secs(60),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let store = connected(config).await;
+    let error = serve(store.clone(), LimiterOptions::default()).await;
+    let allow = serve(
+        store,
+        LimiterOptions {
+            failure_mode: FailureMode::Allow,
+            ..LimiterOptions::default()
+        },
+    )
+    .await;
+    let (mut error_client, mut allow_client) = (error.client().await, allow.client().await);
+    redis.pause();
+    let with_deadline = || {
+        let mut r = tonic::Request::new(request("edge", &[&[("user", "slow")]]));
+        r.set_timeout(Duration::from_millis(500));
+        r
+    };
+    let err = error_client
+        .should_rate_limit(with_deadline())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    let r = allow_client
+        .should_rate_limit(with_deadline())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 3));
+    redis.resume();
+    let r = ask(&mut error_client, request("edge", &[&[("user", "fast")]])).await;
+    assert_eq!(r.overall_code, OK);
+    error.shutdown().await;
+    allow.shutdown().await;
+}
+
+/// A request that arrives before the store's first connection waits for
+/// it (within its deadline) instead of failing at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_before_the_first_connection_wait_for_it() {
+    let port = crate::support::redis::free_port();
+    let config = RedisConfig {
+        timeout: Duration::from_secs(20),
+        ..redis_config(RedisMode::Single, format!("127.0.0.1:{port}"))
+    };
+    let store = StoreKind::Redis {
+        main: RedisStore::new(config),
+        per_second: None,
+    };
+    let server = serve(store, LimiterOptions::default()).await;
+    let mut client = server.client().await;
+    let call = tokio::spawn(async move {
+        let mut r = tonic::Request::new(request("edge", &[&[("user", "early")]]));
+        r.set_timeout(Duration::from_secs(15));
+        client.should_rate_limit(r).await
+    });
+    // The call is in flight (or queued) before Redis exists.
+    tokio::task::yield_now().await;
+    let redis = tokio::task::spawn_blocking(move || RedisServer::start_on(port))
+        .await
+        .unwrap();
+    let r = call.await.unwrap().unwrap().into_inner();
+    assert_eq!((r.overall_code, r.statuses[0].limit_remaining), (OK, 2));
+    assert!(
+        redis
+            .cli(&["--raw", "KEYS", "*"])
+            .unwrap()
+            .contains("early")
+    );
+    server.shutdown().await;
+}

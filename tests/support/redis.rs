@@ -31,7 +31,7 @@ fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -229,6 +229,17 @@ impl RedisServer {
         self.dir.path()
     }
 
+    /// Freezes the process (SIGSTOP): connections stay open, nothing is
+    /// answered. [`RedisServer::stop`] still kills it.
+    pub fn pause(&self) {
+        signal(self.child.id(), "-STOP");
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.child.id(), "-CONT");
+    }
+
     /// Kills the process and waits for it.
     pub fn stop(&mut self) {
         let _ = self.child.kill();
@@ -240,6 +251,14 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {sig} {pid}");
 }
 
 /// Arguments of a standalone server on `port` (0: no plaintext port) with

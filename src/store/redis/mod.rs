@@ -189,6 +189,8 @@ struct Inner {
     config: RedisConfig,
     keys: Keys,
     connection: ArcSwapOption<Connection>,
+    /// Wakes requests waiting for the first connection.
+    connected: tokio::sync::Notify,
     jitter_seed: RandomState,
     jitter_counter: AtomicU64,
 }
@@ -209,6 +211,7 @@ impl RedisStore {
                 config,
                 keys,
                 connection: ArcSwapOption::empty(),
+                connected: tokio::sync::Notify::new(),
                 jitter_seed: RandomState::new(),
                 jitter_counter: AtomicU64::new(0),
             }),
@@ -240,7 +243,20 @@ impl RedisStore {
         .map_err(|_| StoreError::Timeout)??;
         info!(redis.url = %self.inner.config.redacted_url(), redis.connection = ?connection, "redis connected");
         self.inner.connection.store(Some(Arc::new(connection)));
+        self.inner.connected.notify_waiters();
         Ok(())
+    }
+
+    /// The connection, waiting for the first one when a request arrives
+    /// before it (the caller's timeout bounds the wait).
+    async fn connection(&self) -> Arc<Connection> {
+        loop {
+            let notified = self.inner.connected.notified();
+            if let Some(connection) = self.inner.connection.load_full() {
+                return connection;
+            }
+            notified.await;
+        }
     }
 
     /// Keeps the store connected until `shutdown`: connects with backoff at
@@ -764,12 +780,11 @@ fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Outcome> {
 
 impl Store for RedisStore {
     async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        let Some(connection) = self.inner.connection.load_full() else {
-            return Err(StoreError::NotConnected);
+        let call = async {
+            let connection = self.connection().await;
+            self.run(&connection, batch, now).await
         };
-        match tokio::time::timeout(self.inner.config.timeout, self.run(&connection, batch, now))
-            .await
-        {
+        match tokio::time::timeout(self.inner.config.timeout, call).await {
             Ok(result) => result.map_err(StoreError::from),
             Err(_) => Err(StoreError::Timeout),
         }
