@@ -128,7 +128,10 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         ..ReloadOptions::new(settings.config_dir.clone(), options.clone())
     };
     let index = match config::load_dir(&settings.config_dir, &options) {
-        Ok(index) => index,
+        Ok(index) => {
+            reload.stats.record_initial_load();
+            index
+        }
         Err(err) => {
             print_config_error(&err);
             return ExitCode::FAILURE;

@@ -47,6 +47,12 @@ pub struct ReloadStats {
 }
 
 impl ReloadStats {
+    /// Counts the initial load as a success, as the reference does: a
+    /// process that started on good rules reports `config_load_success` 1.
+    pub fn record_initial_load(&self) {
+        self.success.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Reloads that produced a new index and stored it.
     pub fn success(&self) -> u64 {
         self.success.load(Ordering::Relaxed)

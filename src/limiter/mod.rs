@@ -8,6 +8,7 @@
 //! store one batch.
 
 mod local_cache;
+mod quiet_log;
 
 use crate::algorithm::{FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec};
 use crate::clock::Clock;
@@ -17,6 +18,7 @@ use crate::metrics::{Metrics, RuleHit};
 use crate::store::{Batch, CounterId, Op, Store, StoreError};
 use arc_swap::ArcSwap;
 use local_cache::LocalCache;
+use quiet_log::QuietLog;
 use std::borrow::Cow;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -247,6 +249,8 @@ pub struct Limiter<S> {
     local_cache: Option<LocalCache>,
     metrics: Arc<Metrics>,
     options: LimiterOptions,
+    /// Store failures are logged here, at most once a second per kind.
+    failures: QuietLog,
 }
 
 /// What one descriptor needs after lookup and `replaces`.
@@ -380,6 +384,7 @@ impl<S: Store> Limiter<S> {
             local_cache,
             metrics: Arc::new(Metrics::default()),
             options,
+            failures: QuietLog::default(),
         }
     }
 
@@ -534,6 +539,14 @@ impl<S: Store> Limiter<S> {
                     }
                 }
                 Err(err) => {
+                    if let Some(suppressed) = self.failures.admit(err.kind(), now) {
+                        tracing::warn!(
+                            error = &err as &dyn std::error::Error,
+                            rl.failure_mode = ?self.options.failure_mode,
+                            suppressed,
+                            "store unavailable; answering by failure mode"
+                        );
+                    }
                     let over = match self.options.failure_mode {
                         FailureMode::Error => {
                             self.metrics.record_store_error(false);
@@ -543,11 +556,6 @@ impl<S: Store> Limiter<S> {
                         FailureMode::Deny => true,
                     };
                     self.metrics.record_store_error(true);
-                    tracing::warn!(
-                        error = &err as &dyn std::error::Error,
-                        rl.failure_mode = ?self.options.failure_mode,
-                        "store unavailable; answering by failure mode"
-                    );
                     for &s in &sent {
                         if let Plan::Limited { limits, .. } = &plans[slots[s].plan] {
                             let limit = &limits[slots[s].base.min(limits.len().saturating_sub(1))];

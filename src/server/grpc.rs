@@ -234,13 +234,8 @@ pub(crate) fn response_to_proto(response: Response) -> RateLimitResponse {
 /// `failure_mode_deny` decides; its cause is logged, not sent.
 pub(crate) fn status_from_error(err: &LimitError) -> tonic::Status {
     match err {
-        LimitError::Store(store_err) => {
-            tracing::warn!(
-                error = store_err as &dyn std::error::Error,
-                "store unavailable"
-            );
-            tonic::Status::unavailable("rate limit store unavailable")
-        }
+        // Logged by the limiter, at most once a second per kind.
+        LimitError::Store(_) => tonic::Status::unavailable("rate limit store unavailable"),
         invalid => tonic::Status::invalid_argument(invalid.to_string()),
     }
 }

@@ -152,14 +152,12 @@ fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
                 }
             }
         }
-        Err(LimitError::Store(err)) => {
-            tracing::warn!(error = &err as &dyn std::error::Error, "store unavailable");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "rate limit store unavailable\n",
-            )
-                .into_response()
-        }
+        // Logged by the limiter, at most once a second per kind.
+        Err(LimitError::Store(_)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "rate limit store unavailable\n",
+        )
+            .into_response(),
         Err(invalid) => bad_request(&invalid.to_string()),
     }
 }

@@ -138,6 +138,18 @@ impl From<::redis::RedisError> for StoreError {
 }
 
 impl StoreError {
+    /// A short name of the kind of failure (for logs and their limits).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NotConnected => "not_connected",
+            Self::Timeout => "timeout",
+            Self::Redis { .. } => "redis",
+            Self::BadReply { .. } => "bad_reply",
+            Self::TlsFile { .. } => "tls_file",
+            Self::Config { .. } => "config",
+        }
+    }
+
     /// Whether retrying later may succeed (the store may come back).
     pub fn is_transient(&self) -> bool {
         match self {

@@ -128,6 +128,17 @@ fn serve_answers_health_then_exits_cleanly_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(healthy.starts_with("HTTP/1.1 200"), "{healthy}");
+    // The initial load counts as a successful load, as in the reference;
+    // the embedded store reports its budget.
+    let metrics = http_get(http_port, "/metrics").unwrap();
+    assert!(
+        metrics.contains("\nratelimit_service_config_load_success 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nratelimit_memory_store_max_bytes 134217728\n"),
+        "{metrics}"
+    );
 
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
