@@ -101,6 +101,28 @@ impl Histogram {
     }
 }
 
+/// Longest label value built from request data (stats keys of runtime
+/// values, unknown domains); longer ones are cut at a character boundary,
+/// so they may share a series.
+pub const MAX_LABEL_BYTES: usize = 256;
+
+/// Most unknown domains with a series of their own: callers choose them, so
+/// they get a small cap of their own; past it they count in
+/// `ratelimit_metrics_series_dropped_total`.
+pub const MAX_UNKNOWN_DOMAINS: usize = 100;
+
+/// `text` cut to at most [`MAX_LABEL_BYTES`], on a character boundary.
+fn bounded_label(text: &str) -> &str {
+    if text.len() <= MAX_LABEL_BYTES {
+        return text;
+    }
+    let mut end = MAX_LABEL_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
 /// All of floodgate's metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -148,6 +170,7 @@ impl Metrics {
     /// The counters of `stats_key`, created on first use while under the
     /// series cap.
     fn rule(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
+        let stats_key = bounded_label(stats_key);
         if let Some(counters) = self.rules.read().get(stats_key) {
             return Some(counters.clone());
         }
@@ -218,12 +241,15 @@ impl Metrics {
 
     /// Counts a request for a domain no rule file defines.
     pub fn record_domain_not_found(&self, domain: &str) {
+        let domain = bounded_label(domain);
         if let Some(counter) = self.domains_not_found.read().get(domain) {
             counter.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let mut domains = self.domains_not_found.write();
-        if domains.len() >= self.max_series && !domains.contains_key(domain) {
+        if domains.len() >= self.max_series.min(MAX_UNKNOWN_DOMAINS)
+            && !domains.contains_key(domain)
+        {
             self.series_dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -460,6 +486,33 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn series_from_request_data_are_bounded_in_count_and_length() {
+        let m = Metrics::default();
+        for i in 0..1_000 {
+            m.record_domain_not_found(&format!("caller-chosen-{i}"));
+        }
+        let long = "é".repeat(1_000);
+        m.record_rule(&format!("d.user_{long}"), hit(0, 1, 10));
+        m.record_rule(&format!("d.user_{long}x"), hit(0, 1, 10));
+        let text = m.render(None);
+        let unknown = text
+            .lines()
+            .filter(|l| l.starts_with("ratelimit_service_rate_limit_domain_not_found{"))
+            .count();
+        assert_eq!(unknown, MAX_UNKNOWN_DOMAINS);
+        assert!(
+            text.lines().all(|l| l.len() < 2 * MAX_LABEL_BYTES + 200),
+            "a label longer than the bound"
+        );
+        // The two long keys share their cut series.
+        assert_eq!(m.rules.read().len(), 1);
+        assert_eq!(
+            m.series_dropped.load(Ordering::Relaxed),
+            1_000 - MAX_UNKNOWN_DOMAINS as u64
+        );
+    }
 
     fn hit(before: u64, hits: u64, limit: u64) -> RuleHit {
         let after = before + hits;

@@ -54,7 +54,7 @@ mod tests {
     #[test]
     fn one_line_per_second_per_kind_with_the_count_left_out() {
         let log = QuietLog::default();
-        let t = |ms| UnixMillis(1_700_000_000_000 + ms);
+        let t = |ms: u64| UnixMillis(1_700_000_000_000 + ms);
         assert_eq!(log.admit("timeout", t(0)), Some(0));
         for ms in 1..500 {
             assert_eq!(log.admit("timeout", t(ms)), None);
