@@ -72,6 +72,23 @@ impl RateLimitService for RlsService {
     }
 }
 
+/// Answers INVALID_ARGUMENT, as for any bad request, where tonic refused a
+/// message before floodgate saw it: undecodable bytes (tonic's INTERNAL)
+/// and messages over `MAX_REQUEST_BYTES` (tonic's OUT_OF_RANGE). floodgate's
+/// own handlers never answer either code.
+pub(crate) fn undecodable_is_invalid_argument(
+    mut response: tonic::codegen::http::Response<tonic::body::Body>,
+) -> tonic::codegen::http::Response<tonic::body::Body> {
+    use tonic::codegen::http::HeaderValue;
+    let status = response.headers().get("grpc-status");
+    if status.is_some_and(|s| s == "13" || s == "11") {
+        response
+            .headers_mut()
+            .insert("grpc-status", HeaderValue::from_static("3"));
+    }
+    response
+}
+
 /// Parses a `grpc-timeout` header: at most 8 digits and a unit (`H`, `M`,
 /// `S`, `m`, `u`, `n`); `None` when malformed.
 fn parse_grpc_timeout(text: &str) -> Option<Duration> {

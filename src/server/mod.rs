@@ -253,6 +253,9 @@ pub async fn serve(
     let router = tonic::transport::Server::builder()
         .concurrency_limit_per_connection(options.max_concurrent_per_connection)
         .load_shed(true)
+        .layer(tower::util::MapResponseLayer::new(
+            grpc::undecodable_is_invalid_argument,
+        ))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -9,6 +9,7 @@ mod cli;
 mod conformance;
 mod e2e;
 mod grpc;
+mod hostile;
 mod http;
 mod redis;
 mod reload;
