@@ -161,25 +161,26 @@ impl Log {
         let probes = self.probe(sl, now, hits);
         let counted = hits > 0 && sl.admits(&probes, hits);
         if counted {
+            // Sorted insert: after a clock step back, `now` is not the
+            // newest entry. Admitted hits never exceed the largest limit, so
+            // this is bounded whatever `hits` says.
             let now_us = now.0.saturating_mul(1_000);
+            let at = self.entries.partition_point(|&t| t <= now_us);
             for _ in 0..hits {
-                self.entries.push_back(now_us);
+                self.entries.insert(at, now_us);
             }
         }
         sl.outcome(&probes, hits, counted, now)
     }
 
-    /// Removes `hits` entries logged at `now` (a refused batch). Stops at
-    /// the first entry of another time, so the work is bounded by what this
-    /// request logged, never by `hits` itself.
+    /// Removes `hits` entries logged at `now` (a refused batch); the work is
+    /// bounded by what this request logged, never by `hits` itself.
     pub fn take_back(&mut self, now: UnixMillis, hits: u64) {
         let now_us = now.0.saturating_mul(1_000);
-        for _ in 0..hits {
-            if self.entries.back() != Some(&now_us) {
-                break;
-            }
-            self.entries.pop_back();
-        }
+        let end = self.entries.partition_point(|&t| t <= now_us);
+        let start = self.entries.partition_point(|&t| t < now_us);
+        let n = usize::try_from(hits).unwrap_or(usize::MAX).min(end - start);
+        self.entries.drain(end - n..end);
     }
 
     /// Whether the log holds nothing.

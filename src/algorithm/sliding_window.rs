@@ -357,13 +357,14 @@ impl Buckets {
     }
 
     /// Adds `hits` to the current bucket of every series and forgets
-    /// buckets no window can reach any more.
+    /// buckets no window can reach any more, even from a clock up to
+    /// [`AHEAD_SECS`] behind (as Redis keeps them until they expire).
     pub fn add(&mut self, sw: &SlidingWindow, now: UnixMillis, hits: u64) {
         let series = sw.series();
         self.buckets.retain(|&(b, start, _)| {
             series.as_slice().iter().any(|s| {
                 s.bucket_secs == b
-                    && start.saturating_add(usize_u64(s.behind).saturating_mul(b))
+                    && start.saturating_add(usize_u64(s.len()).saturating_mul(b))
                         > s.current_start(now)
             })
         });

@@ -47,9 +47,12 @@ impl LocalCache {
         };
         let entries = self.entries.lock();
         let windows = entries.map.get(id)?;
+        // Only inside the very window that went over: after a clock step
+        // back into an earlier window, that window's own counter decides.
+        let ends_now = window.expires_at(now);
         let hit = windows
             .iter()
-            .any(|&(secs, ends)| secs == window.window_secs() && now < ends);
+            .any(|&(secs, ends)| secs == window.window_secs() && ends == ends_now);
         hit.then(|| {
             let mut outcome = window.refused(limit, 1, limit, now);
             outcome.before = 0;

@@ -35,17 +35,26 @@ const SHARDS: usize = 64;
 /// its own, as each has its own Redis key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
-    Fixed { window_secs: u64 },
+    /// One counter per window, as in Redis (the start is in the key), so a
+    /// clock step back into an earlier window finds that window's count.
+    Fixed {
+        window_secs: u64,
+        start_secs: u64,
+    },
     Sliding,
     Log,
-    Gcra { interval_us: u64, burst: u64 },
+    Gcra {
+        interval_us: u64,
+        burst: u64,
+    },
 }
 
 impl Kind {
-    fn of(spec: &Spec) -> Self {
+    fn of(spec: &Spec, now: UnixMillis) -> Self {
         match spec {
             Spec::FixedWindow { window, .. } => Self::Fixed {
                 window_secs: window.window_secs(),
+                start_secs: window.window_start(now),
             },
             Spec::SlidingWindow(_) => Self::Sliding,
             Spec::SlidingLog(_) => Self::Log,
@@ -265,7 +274,7 @@ impl MemoryStore {
     ) -> Outcome {
         let key = SlotKey {
             id,
-            kind: Kind::of(spec),
+            kind: Kind::of(spec, now),
         };
         let key_len = key.id.as_str().len();
         let mut shard = self.shard(&key).lock();
@@ -351,7 +360,7 @@ impl MemoryStore {
     fn take_back(&self, op: &Op, now: UnixMillis) {
         let key = SlotKey {
             id: op.id.clone(),
-            kind: Kind::of(&op.spec),
+            kind: Kind::of(&op.spec, now),
         };
         let mut shard = self.shard(&key).lock();
         let Some(slot) = shard.map.peek_mut(&key) else {
