@@ -1,0 +1,970 @@
+//! The decision semantics as a plain model, and a property: for random rule
+//! sets and random request sequences under manual clocks (two instances,
+//! skewed, stepping forward and back), the embedded store, a standalone
+//! Redis and a 3-master Redis Cluster answer exactly what the model answers:
+//! per descriptor the code, the remaining count, the reset and the limit,
+//! and the overall code.
+//!
+//! The model shares no code with `src/`: one small function per algorithm
+//! over plain maps. `MODEL_CASES` sets the number of cases (default 24 per
+//! store); e.g. `MODEL_CASES=2000 cargo test --test integration model`.
+
+use crate::conformance::{Backend, cluster, memory, redis_config, standalone};
+use crate::support::grpc::index;
+use arc_swap::ArcSwap;
+use floodgate::clock::{ManualClock, UnixMillis};
+use floodgate::descriptor::{Descriptor, RateLimitOverride, Request, Unit};
+use floodgate::limiter::{Code, Limiter, LimiterOptions};
+use floodgate::store::{RedisConfig, RedisStore, StoreKind};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Window lengths rules draw from, seconds (with the unit and multiplier
+/// that spell them): some short, one over 60 s, one an hour.
+const WINDOWS: [(u64, &str, u32); 6] = [
+    (1, "second", 1),
+    (2, "second", 2),
+    (10, "second", 10),
+    (60, "minute", 1),
+    (90, "second", 90),
+    (3_600, "hour", 1),
+];
+
+const KEYS: usize = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alg {
+    Fixed,
+    Sliding,
+    Log,
+    Gcra,
+}
+
+/// One generated rule: a key `k<i>` with its limits (or unlimited).
+#[derive(Debug, Clone)]
+struct RuleGen {
+    alg: Alg,
+    /// `(limit, index into WINDOWS)`, distinct windows.
+    limits: Vec<(u64, usize)>,
+    burst: Option<u64>,
+    unlimited: bool,
+    shadow: bool,
+    quota: bool,
+    /// Replaces the (named) rule of this key.
+    replaces: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct DescGen {
+    key: usize,
+    value: u8,
+    hits: Option<u64>,
+    /// `(requests_per_unit, 0 second | 1 minute | 2 hour)`.
+    limit_override: Option<(u32, u8)>,
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    instance: usize,
+    /// Clock change before the request, ms (may be negative, small).
+    advance_ms: i64,
+    request_hits: u32,
+    descriptors: Vec<DescGen>,
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    rules: Vec<RuleGen>,
+    stop_when_over: bool,
+    local_cache: bool,
+    /// Offset of instance 1's clock from instance 0's, ms.
+    skew_ms: i64,
+    steps: Vec<Step>,
+}
+
+fn rule_gen() -> impl Strategy<Value = RuleGen> {
+    (
+        prop_oneof![
+            Just(Alg::Fixed),
+            Just(Alg::Sliding),
+            Just(Alg::Log),
+            Just(Alg::Gcra)
+        ],
+        proptest::collection::vec((0u64..6, 0usize..WINDOWS.len()), 1..4),
+        proptest::option::of(1u64..5),
+        prop::bool::weighted(0.1),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+        proptest::option::weighted(0.15, 0usize..KEYS),
+    )
+        .prop_map(
+            |(alg, mut limits, burst, unlimited, shadow, quota, replaces)| {
+                let mut seen = HashSet::new();
+                limits.retain(|&(_, w)| seen.insert(w));
+                RuleGen {
+                    alg,
+                    limits,
+                    burst: burst.filter(|_| alg == Alg::Gcra),
+                    unlimited,
+                    shadow,
+                    quota,
+                    replaces,
+                }
+            },
+        )
+}
+
+fn step_gen() -> impl Strategy<Value = Step> {
+    let desc = (
+        0usize..=KEYS,
+        0u8..2,
+        proptest::option::weighted(0.4, 0u64..4),
+        proptest::option::weighted(0.1, (0u32..5, 0u8..3)),
+    )
+        .prop_map(|(key, value, hits, limit_override)| DescGen {
+            key,
+            value,
+            hits,
+            limit_override,
+        });
+    (
+        0usize..2,
+        prop_oneof![
+            6 => Just(0i64),
+            6 => 1i64..400,
+            3 => 400i64..2_500,
+            1 => Just(61_000i64),
+            1 => Just(3_601_000i64),
+            2 => -2_000i64..0,
+        ],
+        0u32..3,
+        proptest::collection::vec(desc, 1..4),
+    )
+        .prop_map(|(instance, advance_ms, request_hits, descriptors)| Step {
+            instance,
+            advance_ms,
+            request_hits,
+            descriptors,
+        })
+}
+
+fn scenario_gen() -> impl Strategy<Value = Scenario> {
+    (
+        proptest::collection::vec(rule_gen(), KEYS),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(0i64), -1_000i64..1_000],
+        proptest::collection::vec(step_gen(), 1..40),
+    )
+        .prop_map(
+            |(rules, stop_when_over, local_cache, skew_ms, steps)| Scenario {
+                rules,
+                stop_when_over,
+                local_cache,
+                skew_ms,
+                steps,
+            },
+        )
+}
+
+/// The rules as a YAML file.
+fn yaml(rules: &[RuleGen]) -> String {
+    let mut out = String::from("domain: m\ndescriptors:\n");
+    for (i, r) in rules.iter().enumerate() {
+        let _ = writeln!(out, "  - key: k{i}");
+        if r.shadow {
+            out.push_str("    shadow_mode: true\n");
+        }
+        if r.quota {
+            out.push_str("    quota_mode: true\n");
+        }
+        if r.unlimited {
+            let _ = writeln!(out, "    rate_limit: {{unlimited: true, name: n{i}}}");
+            continue;
+        }
+        let alg = match r.alg {
+            Alg::Fixed => "fixed_window",
+            Alg::Sliding => "sliding_window",
+            Alg::Log => "sliding_log",
+            Alg::Gcra => "gcra",
+        };
+        let one = |&(limit, w): &(u64, usize)| {
+            let (_, unit, mult) = WINDOWS[w];
+            let burst = r.burst.map(|b| format!(", burst: {b}")).unwrap_or_default();
+            format!(
+                "{{unit: {unit}, unit_multiplier: {mult}, requests_per_unit: {limit}, algorithm: {alg}{burst}"
+            )
+        };
+        // One limit: a named `rate_limit` (replaceable); several: a list.
+        if let [single] = r.limits.as_slice() {
+            let replaces = r
+                .replaces
+                .filter(|&j| j != i)
+                .map(|j| format!(", replaces: [{{name: n{j}}}]"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "    rate_limit: {}, name: n{i}{replaces}}}",
+                one(single)
+            );
+        } else {
+            out.push_str("    rate_limits:\n");
+            for l in &r.limits {
+                let _ = writeln!(out, "      - {}}}", one(l));
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- the model
+
+/// What the model says of one counter operation.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    over: bool,
+    remaining: u64,
+    reset_ms: u64,
+    counted: bool,
+    /// Which limit of the operation it reports.
+    index: usize,
+    /// Fixed window: the count before.
+    before: u64,
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    /// (id, window s, window start s) -> count.
+    fixed: HashMap<(String, u64, u64), u64>,
+    /// (id, bucket s, bucket start s) -> count.
+    buckets: HashMap<(String, u64, u64), u64>,
+    /// id -> admitted hit times, µs.
+    log: HashMap<String, Vec<u64>>,
+    /// (id, interval µs, burst) -> theoretical arrival time, µs.
+    tat: HashMap<(String, u64, u64), u64>,
+    /// Per instance: fixed windows known over: (id, window s, start s).
+    cache: [HashSet<(String, u64, u64)>; 2],
+}
+
+fn ceil_ms(us: u64) -> u64 {
+    us.div_ceil(1_000)
+}
+
+/// Fixed window; `refuse`: stop-increment (hits that would go over are not
+/// counted).
+fn fixed(m: &mut Model, id: &str, limit: u64, w: u64, hits: u64, now: u64, refuse: bool) -> Out {
+    let s = now / 1_000;
+    let start = s - s % w;
+    let reset_ms = (start + w - s) * 1_000;
+    let count = m.fixed.entry((id.to_owned(), w, start)).or_default();
+    let before = *count;
+    if refuse && hits > 0 && before + hits > limit {
+        return Out {
+            over: true,
+            remaining: 0,
+            reset_ms,
+            counted: false,
+            index: 0,
+            before,
+        };
+    }
+    *count += hits;
+    let after = *count;
+    let over = after > limit;
+    Out {
+        over,
+        remaining: if over { 0 } else { limit - after },
+        reset_ms,
+        counted: true,
+        index: 0,
+        before,
+    }
+}
+
+/// Picks an operation's report among its windows: the first over, else
+/// the least remaining.
+fn report(outs: impl Iterator<Item = Out>) -> Out {
+    let mut best: Option<Out> = None;
+    for o in outs {
+        if o.over {
+            return o;
+        }
+        if best.is_none_or(|b| o.remaining < b.remaining) {
+            best = Some(o);
+        }
+    }
+    best.expect("at least one window")
+}
+
+/// Sliding windows: each window of its own 1 s (or ceil(w/60) s) buckets,
+/// reading 2 s ahead.
+fn sliding(m: &mut Model, id: &str, limits: &[(u64, u64)], hits: u64, now: u64) -> Out {
+    let s = now / 1_000;
+    // (limit, bucket, covered bucket starts ascending, current start, n)
+    let windows: Vec<(u64, u64, Vec<u64>, u64, u64)> = limits
+        .iter()
+        .map(|&(limit, w)| {
+            let b = w.div_ceil(60).max(1);
+            let n = w.div_ceil(b);
+            let ahead = 2u64.div_ceil(b);
+            let cur = s - s % b;
+            let starts = (0..n + ahead).map(|j| cur + (j + 1) * b - n * b).collect();
+            (limit, b, starts, cur, n)
+        })
+        .collect();
+    let count = |m: &Model, b: u64, start: u64| {
+        m.buckets
+            .get(&(id.to_owned(), b, start))
+            .copied()
+            .unwrap_or(0)
+    };
+    let sums: Vec<u64> = windows
+        .iter()
+        .map(|(_, b, starts, _, _)| starts.iter().map(|&st| count(m, *b, st)).sum())
+        .collect();
+    let admitted = windows
+        .iter()
+        .zip(&sums)
+        .all(|((limit, ..), &sum)| sum + hits <= *limit || (hits == 0 && sum <= *limit));
+    let counted = hits > 0 && admitted;
+    let outs: Vec<Out> = windows
+        .iter()
+        .zip(&sums)
+        .enumerate()
+        .map(|(index, ((limit, b, starts, cur, n), &sum))| {
+            let leaves = |st: u64| ((st + n * b) * 1_000).saturating_sub(now);
+            let over = if hits == 0 {
+                sum > *limit
+            } else {
+                sum + hits > *limit
+            };
+            if over {
+                let excess = sum + hits.max(1) - limit;
+                let mut freed = 0;
+                let mut reset_ms = leaves(*cur);
+                for &st in starts {
+                    freed += count(m, *b, st);
+                    if freed >= excess {
+                        reset_ms = leaves(st);
+                        break;
+                    }
+                }
+                return Out {
+                    over,
+                    remaining: 0,
+                    reset_ms,
+                    counted,
+                    index,
+                    before: sum,
+                };
+            }
+            let after = sum + if counted { hits } else { 0 };
+            let oldest = starts
+                .iter()
+                .find(|&&st| count(m, *b, st) > 0 || (st == *cur && counted));
+            let reset_ms = oldest.map_or(limits[index].1 * 1_000, |&st| leaves(st));
+            Out {
+                over,
+                remaining: limit - after,
+                reset_ms,
+                counted,
+                index,
+                before: sum,
+            }
+        })
+        .collect();
+    if counted {
+        let mut done = HashSet::new();
+        for (_, b, _, cur, _) in &windows {
+            if done.insert(*b) {
+                *m.buckets.entry((id.to_owned(), *b, *cur)).or_default() += hits;
+            }
+        }
+    }
+    report(outs.into_iter())
+}
+
+/// Sliding log: every admitted hit's time.
+fn log(m: &mut Model, id: &str, limits: &[(u64, u64)], hits: u64, now: u64) -> Out {
+    let now_us = now * 1_000;
+    let longest_us = limits.iter().map(|l| l.1).max().unwrap_or(0) * 1_000_000;
+    let entries = m.log.entry(id.to_owned()).or_default();
+    entries.retain(|&t| t > now_us.saturating_sub(longest_us));
+    entries.sort_unstable();
+    let probes: Vec<(u64, Vec<u64>)> = limits
+        .iter()
+        .map(|&(_, w)| {
+            let from = now_us.saturating_sub(w * 1_000_000);
+            let inside: Vec<u64> = entries.iter().copied().filter(|&t| t > from).collect();
+            (inside.len() as u64, inside)
+        })
+        .collect();
+    let admitted = limits
+        .iter()
+        .zip(&probes)
+        .all(|(&(limit, _), (c, _))| c + hits <= limit || (hits == 0 && *c <= limit));
+    let counted = hits > 0 && admitted;
+    let outs: Vec<Out> = limits
+        .iter()
+        .zip(&probes)
+        .enumerate()
+        .map(|(index, (&(limit, w), (c, inside)))| {
+            let w_us = w * 1_000_000;
+            let over = if hits == 0 {
+                *c > limit
+            } else {
+                c + hits > limit
+            };
+            if over {
+                let offset = (c + hits.max(1)).saturating_sub(limit).saturating_sub(1);
+                let reset_ms = inside
+                    .get(usize::try_from(offset).unwrap())
+                    .map_or(w * 1_000, |&at| ceil_ms((at + w_us).saturating_sub(now_us)));
+                return Out {
+                    over,
+                    remaining: 0,
+                    reset_ms,
+                    counted,
+                    index,
+                    before: *c,
+                };
+            }
+            let after = c + if counted { hits } else { 0 };
+            let oldest = inside.first().copied().or(counted.then_some(now_us));
+            let reset_ms =
+                oldest.map_or(w * 1_000, |at| ceil_ms((at + w_us).saturating_sub(now_us)));
+            Out {
+                over,
+                remaining: limit - after,
+                reset_ms,
+                counted,
+                index,
+                before: *c,
+            }
+        })
+        .collect();
+    if counted {
+        entries.extend(std::iter::repeat_n(now_us, usize::try_from(hits).unwrap()));
+    }
+    report(outs.into_iter())
+}
+
+/// GCRA: `limit` per window, `burst` at once.
+fn gcra(m: &mut Model, id: &str, limit: u64, w: u64, burst: u64, hits: u64, now: u64) -> Out {
+    let window_ms = w * 1_000;
+    if limit == 0 {
+        return Out {
+            over: true,
+            remaining: 0,
+            reset_ms: window_ms,
+            counted: false,
+            index: 0,
+            before: 0,
+        };
+    }
+    let interval = (window_ms * 1_000 / limit).max(1);
+    let burst = burst.max(1);
+    let capacity = burst * interval;
+    let now_us = now * 1_000;
+    let key = (id.to_owned(), interval, burst);
+    let tat = m.tat.get(&key).copied().unwrap_or(now_us).max(now_us);
+    let new_tat = tat + hits * interval;
+    if new_tat - now_us <= capacity {
+        let used = if hits > 0 { new_tat } else { tat };
+        if hits > 0 {
+            m.tat.insert(key, new_tat);
+        }
+        Out {
+            over: false,
+            remaining: ((capacity - (used - now_us)) / interval).min(limit.max(burst)),
+            reset_ms: ceil_ms(used - now_us),
+            counted: hits > 0,
+            index: 0,
+            before: 0,
+        }
+    } else {
+        Out {
+            over: true,
+            remaining: 0,
+            reset_ms: ceil_ms(new_tat - capacity - now_us),
+            counted: false,
+            index: 0,
+            before: 0,
+        }
+    }
+}
+
+/// One counter operation of a request.
+#[derive(Debug, Clone)]
+struct ModelOp {
+    desc: usize,
+    id: String,
+    alg: Alg,
+    /// `(limit, window s)` of this operation, and the index of its first
+    /// limit among the descriptor's.
+    limits: Vec<(u64, u64)>,
+    base: usize,
+    burst: Option<u64>,
+    hits: u64,
+}
+
+/// What the model answers per descriptor: (code, remaining, reset ms,
+/// limit), and overall.
+type Answer = (Vec<(Code, u32, Option<u64>, Option<u32>)>, Code);
+
+const UNIT_SECS: [u64; 3] = [1, 60, 3_600];
+
+fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) -> Answer {
+    // Plans: limits (limit, window s) per descriptor, or none / unlimited.
+    enum Plan {
+        None,
+        Unlimited,
+        Limited {
+            alg: Alg,
+            limits: Vec<(u64, u64, Option<usize>)>,
+            shadow: bool,
+            quota: bool,
+            burst: Option<u64>,
+        },
+    }
+    let mut plans: Vec<Plan> = step
+        .descriptors
+        .iter()
+        .map(|d| {
+            if let Some((rpu, unit)) = d.limit_override {
+                return Plan::Limited {
+                    alg: Alg::Fixed,
+                    limits: vec![(u64::from(rpu), UNIT_SECS[usize::from(unit)], None)],
+                    shadow: false,
+                    quota: false,
+                    burst: None,
+                };
+            }
+            let Some(r) = sc.rules.get(d.key) else {
+                return Plan::None;
+            };
+            if r.unlimited {
+                return Plan::Unlimited;
+            }
+            let named = r.limits.len() == 1;
+            Plan::Limited {
+                alg: r.alg,
+                limits: r
+                    .limits
+                    .iter()
+                    .map(|&(l, w)| (l, WINDOWS[w].0, named.then_some(d.key)))
+                    .collect(),
+                shadow: r.shadow,
+                quota: r.quota,
+                burst: r.burst,
+            }
+        })
+        .collect();
+    // `replaces`: a matched single-limit rule drops the named limit of
+    // another key in the same request.
+    let replaced: HashSet<usize> = step
+        .descriptors
+        .iter()
+        .zip(&plans)
+        .filter(|(d, p)| d.limit_override.is_none() && matches!(p, Plan::Limited { .. }))
+        .filter_map(|(d, _)| {
+            let r = &sc.rules[d.key];
+            (r.limits.len() == 1)
+                .then_some(r.replaces)
+                .flatten()
+                .filter(|&j| j != d.key)
+        })
+        .collect();
+    for p in &mut plans {
+        if let Plan::Limited { limits, .. } = p {
+            limits.retain(|(_, _, name)| !name.is_some_and(|n| replaced.contains(&n)));
+            if limits.is_empty() {
+                *p = Plan::None;
+            }
+        }
+    }
+    // Operations.
+    let request_hits = u64::from(step.request_hits.max(1));
+    let mut ops: Vec<ModelOp> = Vec::new();
+    for (i, (d, p)) in step.descriptors.iter().zip(&plans).enumerate() {
+        let Plan::Limited {
+            alg, limits, burst, ..
+        } = p
+        else {
+            continue;
+        };
+        let id = format!("k{}={}", d.key, d.value);
+        let hits = d.hits.unwrap_or(request_hits);
+        let pairs: Vec<(u64, u64)> = limits.iter().map(|&(l, w, _)| (l, w)).collect();
+        match alg {
+            Alg::Sliding | Alg::Log => ops.push(ModelOp {
+                desc: i,
+                id,
+                alg: *alg,
+                limits: pairs,
+                base: 0,
+                burst: *burst,
+                hits,
+            }),
+            Alg::Fixed | Alg::Gcra => {
+                for (base, pair) in pairs.into_iter().enumerate() {
+                    ops.push(ModelOp {
+                        desc: i,
+                        id: id.clone(),
+                        alg: *alg,
+                        limits: vec![pair],
+                        base,
+                        burst: *burst,
+                        hits,
+                    });
+                }
+            }
+        }
+    }
+    // The local cache answers fixed windows known over.
+    let s = now / 1_000;
+    let mut outs: Vec<Option<Out>> = vec![None; ops.len()];
+    let mut cached = vec![false; ops.len()];
+    if sc.local_cache {
+        for (k, op) in ops.iter().enumerate() {
+            if op.alg == Alg::Fixed {
+                let w = op.limits[0].1;
+                let start = s - s % w;
+                if m.cache[instance].contains(&(op.id.clone(), w, start)) {
+                    outs[k] = Some(Out {
+                        over: true,
+                        remaining: 0,
+                        reset_ms: (start + w - s) * 1_000,
+                        counted: false,
+                        index: 0,
+                        before: 0,
+                    });
+                    cached[k] = true;
+                }
+            }
+        }
+    }
+    if sc.stop_when_over && cached.iter().any(|&c| c) {
+        for op in &mut ops {
+            op.hits = 0;
+        }
+    }
+    let refuse = sc.stop_when_over;
+    for (k, op) in ops.iter().enumerate() {
+        if cached[k] {
+            continue;
+        }
+        let o = match op.alg {
+            Alg::Fixed => fixed(
+                m,
+                &op.id,
+                op.limits[0].0,
+                op.limits[0].1,
+                op.hits,
+                now,
+                refuse,
+            ),
+            Alg::Sliding => sliding(m, &op.id, &op.limits, op.hits, now),
+            Alg::Log => log(m, &op.id, &op.limits, op.hits, now),
+            Alg::Gcra => {
+                let (limit, w) = op.limits[0];
+                gcra(m, &op.id, limit, w, op.burst.unwrap_or(limit), op.hits, now)
+            }
+        };
+        outs[k] = Some(o);
+    }
+    // Stop-increment: a request over anywhere counts nothing anywhere.
+    if refuse
+        && outs
+            .iter()
+            .zip(&cached)
+            .any(|(o, &c)| !c && o.is_some_and(|o| o.over))
+    {
+        for (k, op) in ops.iter().enumerate() {
+            let Some(o) = outs[k].as_mut() else { continue };
+            if cached[k] || !o.counted || op.hits == 0 {
+                continue;
+            }
+            take_back(m, op, now);
+            *o = match op.alg {
+                Alg::Fixed => {
+                    let limit = op.limits[0].0;
+                    let over = o.before + op.hits > limit;
+                    Out {
+                        over,
+                        remaining: if over || o.before >= limit {
+                            0
+                        } else {
+                            limit - o.before
+                        },
+                        counted: false,
+                        ..*o
+                    }
+                }
+                _ => Out {
+                    remaining: o.remaining + op.hits,
+                    counted: false,
+                    ..*o
+                },
+            };
+        }
+    }
+    if sc.local_cache {
+        for (k, op) in ops.iter().enumerate() {
+            let Some(o) = outs[k] else { continue };
+            if !cached[k] && op.alg == Alg::Fixed && o.over && (o.counted || op.hits == 0) {
+                let w = op.limits[0].1;
+                m.cache[instance].insert((op.id.clone(), w, s - s % w));
+            }
+        }
+    }
+    // The response.
+    let mut statuses = Vec::new();
+    let (mut any_over, mut quota_total, mut quota_over) = (false, 0, 0);
+    for (i, p) in plans.iter().enumerate() {
+        let Plan::Limited {
+            limits,
+            shadow,
+            quota,
+            ..
+        } = p
+        else {
+            statuses.push(match p {
+                Plan::Unlimited => (Code::Ok, u32::MAX, None, None),
+                _ => (Code::Ok, 0, None, None),
+            });
+            continue;
+        };
+        let mut chosen: Option<(usize, Out)> = None;
+        for (k, op) in ops.iter().enumerate().filter(|(_, op)| op.desc == i) {
+            let o = outs[k].expect("every operation answered");
+            let better = match &chosen {
+                None => true,
+                Some((_, best)) if best.over => false,
+                Some((_, best)) => o.over || o.remaining < best.remaining,
+            };
+            if better {
+                chosen = Some((op.base + o.index, o));
+            }
+        }
+        let (at, o) = chosen.expect("a limited descriptor has an operation");
+        let code = if o.over && !shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        if *quota {
+            quota_total += 1;
+            quota_over += usize::from(code == Code::OverLimit);
+        } else {
+            any_over |= code == Code::OverLimit;
+        }
+        statuses.push((
+            code,
+            u32::try_from(o.remaining).unwrap_or(u32::MAX),
+            Some(o.reset_ms),
+            Some(u32::try_from(limits[at].0).unwrap()),
+        ));
+    }
+    let over = any_over || (quota_total > 0 && quota_over == quota_total);
+    (statuses, if over { Code::OverLimit } else { Code::Ok })
+}
+
+fn take_back(m: &mut Model, op: &ModelOp, now: u64) {
+    let s = now / 1_000;
+    match op.alg {
+        Alg::Fixed => {
+            let w = op.limits[0].1;
+            if let Some(c) = m.fixed.get_mut(&(op.id.clone(), w, s - s % w)) {
+                *c -= op.hits;
+            }
+        }
+        Alg::Sliding => {
+            let mut done = HashSet::new();
+            for &(_, w) in &op.limits {
+                let b = w.div_ceil(60).max(1);
+                if done.insert(b)
+                    && let Some(c) = m.buckets.get_mut(&(op.id.clone(), b, s - s % b))
+                {
+                    *c -= op.hits;
+                }
+            }
+        }
+        Alg::Log => {
+            let entries = m.log.entry(op.id.clone()).or_default();
+            for _ in 0..op.hits {
+                if let Some(at) = entries.iter().rposition(|&t| t == now * 1_000) {
+                    entries.remove(at);
+                }
+            }
+        }
+        Alg::Gcra => {
+            let (limit, w) = op.limits[0];
+            let interval = (w * 1_000_000 / limit.max(1)).max(1);
+            let burst = op.burst.unwrap_or(limit).max(1);
+            if let Some(tat) = m.tat.get_mut(&(op.id.clone(), interval, burst)) {
+                *tat -= op.hits * interval;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------- the property
+
+/// Start of every scenario: 40 s into a minute, as UNIX ms.
+const T0_MS: u64 = 1_700_000_080_000;
+
+static CASE: AtomicU64 = AtomicU64::new(0);
+
+/// A store for one case: a fresh embedded store, or the shared Redis with
+/// a key prefix of its own.
+fn fresh_store(backend: &Backend, rt: &tokio::runtime::Runtime) -> StoreKind {
+    match &backend.store {
+        StoreKind::Memory(_) => StoreKind::Memory(floodgate::store::MemoryStore::new()),
+        StoreKind::Redis { main, .. } => {
+            let config = RedisConfig {
+                key_prefix: format!("case{}:", CASE.fetch_add(1, Ordering::Relaxed)),
+                ..redis_config(main.config().mode, main.config().url.clone())
+            };
+            let store = RedisStore::new(config);
+            rt.block_on(store.connect()).expect("redis reachable");
+            StoreKind::Redis {
+                main: store,
+                per_second: None,
+            }
+        }
+    }
+}
+
+fn check(
+    sc: &Scenario,
+    store: &StoreKind,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(), TestCaseError> {
+    let rules = Arc::new(ArcSwap::from_pointee(index(&[(
+        "m.yaml",
+        &yaml(&sc.rules),
+    )])));
+    let options = LimiterOptions {
+        stop_when_over: sc.stop_when_over,
+        local_cache_bytes: if sc.local_cache { 1 << 20 } else { 0 },
+        ..LimiterOptions::default()
+    };
+    let clocks = [
+        ManualClock::new(UnixMillis(T0_MS)),
+        ManualClock::new(UnixMillis(T0_MS)),
+    ];
+    let limiters: Vec<Limiter<StoreKind>> = clocks
+        .iter()
+        .map(|c| {
+            Limiter::new(
+                rules.clone(),
+                store.clone(),
+                Arc::new(c.clone()),
+                options.clone(),
+            )
+        })
+        .collect();
+    let mut model = Model::default();
+    let mut t = T0_MS;
+    for (n, step) in sc.steps.iter().enumerate() {
+        t = t.saturating_add_signed(step.advance_ms);
+        let now = t.saturating_add_signed(if step.instance == 1 { sc.skew_ms } else { 0 });
+        clocks[step.instance].set(UnixMillis(now));
+        let request = Request {
+            domain: "m".into(),
+            descriptors: step
+                .descriptors
+                .iter()
+                .map(|d| Descriptor {
+                    hits_addend: d.hits,
+                    limit: d.limit_override.map(|(rpu, unit)| RateLimitOverride {
+                        requests_per_unit: rpu,
+                        unit: [Unit::Second, Unit::Minute, Unit::Hour][usize::from(unit)],
+                    }),
+                    ..Descriptor::from_pairs([(
+                        format!("k{}", d.key).as_str(),
+                        ["a", "b"][usize::from(d.value)],
+                    )])
+                })
+                .collect(),
+            hits_addend: step.request_hits,
+        };
+        let got = rt
+            .block_on(limiters[step.instance].should_rate_limit(&request))
+            .map_err(|e| TestCaseError::fail(format!("step {n}: {e}")))?;
+        let got: Answer = (
+            got.statuses
+                .iter()
+                .map(|s| {
+                    (
+                        s.code,
+                        s.limit_remaining,
+                        s.duration_until_reset
+                            .map(|d| u64::try_from(d.as_millis()).unwrap()),
+                        s.current_limit.as_ref().map(|l| l.requests_per_unit),
+                    )
+                })
+                .collect(),
+            got.overall_code,
+        );
+        let want = decide(&mut model, sc, step.instance, now, step);
+        prop_assert_eq!(
+            got,
+            want,
+            "step {} at {} ms (instance {}): {:?}\nrules:\n{}",
+            n,
+            now,
+            step.instance,
+            step,
+            yaml(&sc.rules)
+        );
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+fn run(backend: impl std::future::Future<Output = Backend>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = rt.block_on(backend);
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&scenario_gen(), |sc| {
+        check(&sc, &fresh_store(&backend, &rt), &rt)
+    });
+    if let Err(err) = result {
+        panic!("{err}");
+    }
+}
+
+#[test]
+fn memory_store_answers_as_the_model() {
+    run(memory());
+}
+
+#[test]
+fn redis_standalone_answers_as_the_model() {
+    run(standalone());
+}
+
+#[test]
+fn redis_cluster_answers_as_the_model() {
+    run(cluster());
+}
