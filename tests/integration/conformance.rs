@@ -24,6 +24,12 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
   - key: fifty
     rate_limit: {unit: hour, requests_per_unit: 50}
+  - key: fifty_sliding_window
+    rate_limit: {unit: hour, requests_per_unit: 50, algorithm: sliding_window}
+  - key: fifty_sliding_log
+    rate_limit: {unit: hour, requests_per_unit: 50, algorithm: sliding_log}
+  - key: fifty_gcra
+    rate_limit: {unit: hour, requests_per_unit: 50, algorithm: gcra}
   - key: shadow
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1}
@@ -292,19 +298,39 @@ pub(crate) async fn stop_increment_with_local_cache(backend: Backend) {
     );
 }
 
+/// Every algorithm: 200 concurrent calls through two limiter instances
+/// sharing the store (two floodgate processes on one Redis) admit exactly
+/// the limit of 50, with and without stop-increment.
 pub(crate) async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
-    let l = limiter(&backend, &clock, LimiterOptions::default());
-    let mut calls = tokio::task::JoinSet::new();
-    for _ in 0..200 {
-        let l = l.clone();
-        calls.spawn(async move { ask(&l, &[("fifty", "x", None)]).await.overall_code });
+    for stop_when_over in [false, true] {
+        let options = LimiterOptions {
+            stop_when_over,
+            ..LimiterOptions::default()
+        };
+        let instances = [
+            limiter(&backend, &clock, options.clone()),
+            limiter(&backend, &clock, options),
+        ];
+        for key in [
+            "fifty",
+            "fifty_sliding_window",
+            "fifty_sliding_log",
+            "fifty_gcra",
+        ] {
+            let value = if stop_when_over { "stop" } else { "count" };
+            let mut calls = tokio::task::JoinSet::new();
+            for i in 0..200 {
+                let l = instances[i % 2].clone();
+                calls.spawn(async move { ask(&l, &[(key, value, None)]).await.overall_code });
+            }
+            let mut ok = 0;
+            while let Some(code) = calls.join_next().await {
+                ok += usize::from(code.unwrap() == Code::Ok);
+            }
+            assert_eq!(ok, 50, "{key}, stop_when_over {stop_when_over}");
+        }
     }
-    let mut ok = 0;
-    while let Some(code) = calls.join_next().await {
-        ok += usize::from(code.unwrap() == Code::Ok);
-    }
-    assert_eq!(ok, 50);
 }
 
 pub(crate) async fn hostile_values_never_collide(backend: Backend) {
