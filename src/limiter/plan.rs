@@ -1,0 +1,233 @@
+//! The plan of a request: what each descriptor's matched rule (or override)
+//! becomes after `replaces`, and the counter operations it needs (specs,
+//! counter identities, the reference's stats keys).
+
+use super::Limiter;
+use crate::algorithm::{FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec};
+use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
+use crate::descriptor::Descriptor;
+use crate::store::{CounterId, Store};
+use std::borrow::Cow;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What one descriptor needs after lookup and `replaces`.
+#[derive(Debug)]
+pub(super) enum Plan<'a> {
+    NoLimit,
+    Unlimited,
+    Limited {
+        /// The limits to enforce (borrowed from the rules, or one built from
+        /// a request override); never empty.
+        limits: Cow<'a, [Limit]>,
+        shadow_mode: bool,
+        quota_mode: bool,
+        /// Names of limits this one drops from the same request.
+        replaces: &'a [Arc<str>],
+        /// `share_threshold` substitutions: (entry index, wildcard pattern).
+        shared: Vec<(usize, &'a str)>,
+        /// The reference's stats key of this descriptor.
+        stats_key: Cow<'a, str>,
+    },
+}
+
+/// The store operations a descriptor's limits become, each with the index
+/// of the first limit it covers: sliding windows and logs decide all their
+/// windows in one operation; fixed windows and GCRA have one state per limit.
+pub(super) fn specs(limits: &[Limit]) -> Vec<(Spec, usize)> {
+    let Some(first) = limits.first() else {
+        return Vec::new();
+    };
+    match first.algorithm {
+        Algorithm::SlidingWindow => {
+            let pairs = limits
+                .iter()
+                .map(|l| (u64::from(l.requests_per_unit), l.window_secs()));
+            let count_rejected = limits.iter().any(|l| l.count_rejected);
+            vec![(
+                Spec::SlidingWindow(SlidingWindow::new(Limits::new(pairs), count_rejected)),
+                0,
+            )]
+        }
+        Algorithm::SlidingLog => {
+            let pairs = limits.iter().map(|l| {
+                (
+                    u64::from(l.requests_per_unit),
+                    l.window_secs().saturating_mul(1_000),
+                )
+            });
+            vec![(Spec::SlidingLog(SlidingLog::new(Limits::new(pairs))), 0)]
+        }
+        Algorithm::FixedWindow | Algorithm::Gcra => limits
+            .iter()
+            .enumerate()
+            .map(|(i, limit)| (single_spec(limit), i))
+            .collect(),
+    }
+}
+
+/// The operation of one limit on its own.
+pub(super) fn single_spec(limit: &Limit) -> Spec {
+    let requests = u64::from(limit.requests_per_unit);
+    match limit.algorithm {
+        Algorithm::Gcra => Spec::Gcra(Gcra::new(
+            requests,
+            limit.window_secs().saturating_mul(1_000),
+            limit.burst.map_or(requests, u64::from),
+        )),
+        Algorithm::SlidingWindow => Spec::SlidingWindow(SlidingWindow::new(
+            Limits::new([(requests, limit.window_secs())]),
+            limit.count_rejected,
+        )),
+        Algorithm::SlidingLog => Spec::SlidingLog(SlidingLog::new(Limits::new([(
+            requests,
+            limit.window_secs().saturating_mul(1_000),
+        )]))),
+        Algorithm::FixedWindow => Spec::FixedWindow {
+            window: FixedWindow::new(limit.window_secs()),
+            limit: requests,
+        },
+    }
+}
+
+/// The answer given without the store: a fresh window (`over` false) or an
+/// exhausted one (`over` true).
+pub(super) fn failure_outcome(limit: &Limit, over: bool) -> Outcome {
+    let requests = u64::from(limit.requests_per_unit);
+    Outcome {
+        over_limit: over,
+        remaining: if over { 0 } else { requests },
+        reset: Duration::from_secs(limit.window_secs()),
+        counted: false,
+        before: 0,
+        after: 0,
+        limit_index: 0,
+    }
+}
+
+/// One store operation of a request, pending or answered: which descriptor
+/// it answers for, the first limit it covers, and its outcome once known.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pending {
+    pub(super) plan: usize,
+    pub(super) base: usize,
+    pub(super) outcome: Option<Outcome>,
+    /// Answered from the local over-limit cache.
+    pub(super) cached: bool,
+    pub(super) hits: u64,
+}
+
+impl<S: Store> Limiter<S> {
+    pub(super) fn plan<'a>(
+        &self,
+        index: &'a Index,
+        domain: &str,
+        descriptor: &Descriptor,
+    ) -> Plan<'a> {
+        if let Some(limit_override) = descriptor.limit {
+            // As in the reference, an override needs a known domain but not
+            // a matching rule, and carries no shadow, quota or name.
+            if !index.has_domain(domain) {
+                return Plan::NoLimit;
+            }
+            return Plan::Limited {
+                limits: Cow::Owned(vec![Limit {
+                    name: None,
+                    requests_per_unit: limit_override.requests_per_unit,
+                    unit: limit_override.unit,
+                    unit_multiplier: NonZeroU32::MIN,
+                    algorithm: Algorithm::FixedWindow,
+                    burst: None,
+                    count_rejected: false,
+                }]),
+                shadow_mode: false,
+                quota_mode: self.options.global_quota_mode,
+                replaces: &[],
+                shared: Vec::new(),
+                stats_key: Cow::Owned(runtime_stats_key(domain, descriptor)),
+            };
+        }
+        match index.lookup(domain, &descriptor.entries) {
+            Lookup::UnknownDomain => {
+                self.metrics.record_domain_not_found(domain);
+                Plan::NoLimit
+            }
+            Lookup::NoMatch => Plan::NoLimit,
+            Lookup::Matched(matched) => match &matched.rule.policy {
+                Policy::Unlimited => Plan::Unlimited,
+                Policy::Limited(limits) if limits.is_empty() => Plan::NoLimit,
+                Policy::Limited(limits) => Plan::Limited {
+                    limits: Cow::Borrowed(limits),
+                    shadow_mode: matched.rule.shadow_mode,
+                    quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
+                    replaces: &matched.rule.replaces,
+                    stats_key: matched.stats_key_cow(&descriptor.entries),
+                    shared: matched.shared,
+                },
+            },
+        }
+    }
+}
+
+/// Drops every limit whose name another matched limit of the same request
+/// `replaces` (reference: `constructLimitsToCheck`); a descriptor left with
+/// no limit is not limited.
+pub(super) fn apply_replaces(plans: &mut [Plan<'_>]) {
+    // Most requests carry no `replaces` at all; they allocate nothing here.
+    let mut replaced: Vec<Arc<str>> = Vec::new();
+    for plan in plans.iter() {
+        if let Plan::Limited { replaces, .. } = plan {
+            replaced.extend(replaces.iter().cloned());
+        }
+    }
+    if replaced.is_empty() {
+        return;
+    }
+    let is_replaced = |limit: &Limit| limit.name.as_ref().is_some_and(|n| replaced.contains(n));
+    for plan in plans.iter_mut() {
+        let Plan::Limited { limits, .. } = plan else {
+            continue;
+        };
+        if !limits.iter().any(is_replaced) {
+            continue;
+        }
+        let kept: Vec<Limit> = limits.iter().filter(|l| !is_replaced(l)).cloned().collect();
+        if kept.is_empty() {
+            *plan = Plan::NoLimit;
+        } else {
+            *limits = Cow::Owned(kept);
+        }
+    }
+}
+
+/// The reference's stats key for a request override: the full runtime path
+/// `domain.k1_v1.k2_v2` (its cardinality is capped by the metrics).
+pub(super) fn runtime_stats_key(domain: &str, descriptor: &Descriptor) -> String {
+    let mut key = domain.to_owned();
+    for entry in &descriptor.entries {
+        key.push('.');
+        key.push_str(&entry.key);
+        key.push('_');
+        key.push_str(&entry.value);
+    }
+    key
+}
+
+/// The counter identity of a descriptor: the request's own entries, with the
+/// wildcard pattern in place of the value where a `share_threshold` node
+/// matched, so every value under that wildcard shares one counter.
+pub(super) fn counter_id(
+    domain: &str,
+    descriptor: &Descriptor,
+    shared: &[(usize, &str)],
+) -> CounterId {
+    let entries = descriptor.entries.iter().enumerate().map(|(i, entry)| {
+        let value = shared
+            .iter()
+            .find(|(at, _)| *at == i)
+            .map_or(entry.value.as_str(), |(_, pattern)| *pattern);
+        (entry.key.as_str(), value)
+    });
+    CounterId::new(domain, entries)
+}

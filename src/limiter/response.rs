@@ -1,0 +1,251 @@
+//! The answer: per-descriptor statuses, the overall code and the
+//! rate-limit headers, from the plan and the store's outcomes.
+
+use super::Limiter;
+use super::plan::{Pending, Plan, failure_outcome};
+use crate::algorithm::Outcome;
+use crate::config::Limit;
+use crate::descriptor::Unit;
+use crate::metrics::RuleHit;
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Answer for one descriptor, or for the whole request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Within the limit (or not limited at all).
+    Ok,
+    /// Over the limit.
+    OverLimit,
+}
+
+/// The limit that applied to a descriptor, as reported to the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLimit {
+    /// The rule's `name`, if it has one.
+    pub name: Option<Arc<str>>,
+    /// Allowed hits per window.
+    pub requests_per_unit: u32,
+    /// The rule's unit (a window may span `unit_multiplier` units).
+    pub unit: Unit,
+}
+
+/// The answer for one descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// OK or OVER_LIMIT (after shadow-mode rewriting).
+    pub code: Code,
+    /// The limit applied, or `None` when no limit matched.
+    pub current_limit: Option<CurrentLimit>,
+    /// Hits still allowed in this window (`u32::MAX` for unlimited rules).
+    pub limit_remaining: u32,
+    /// Time until the window resets, when a limit applied.
+    pub duration_until_reset: Option<Duration>,
+}
+
+impl Status {
+    pub(super) const NO_LIMIT: Self = Self {
+        code: Code::Ok,
+        current_limit: None,
+        limit_remaining: 0,
+        duration_until_reset: None,
+    };
+
+    pub(super) const UNLIMITED: Self = Self {
+        code: Code::Ok,
+        current_limit: None,
+        limit_remaining: u32::MAX,
+        duration_until_reset: None,
+    };
+}
+
+/// The answer to a whole request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// OVER_LIMIT if any (non-quota) descriptor is over its limit.
+    pub overall_code: Code,
+    /// One status per request descriptor, in request order.
+    pub statuses: Vec<Status>,
+    /// `RateLimit-*` headers for the most constrained descriptor, when enabled.
+    pub response_headers: Vec<(Arc<str>, String)>,
+}
+
+/// Names of the three rate-limit response headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// Header carrying the limit (`RateLimit-Limit`).
+    pub limit: Arc<str>,
+    /// Header carrying the remaining hits (`RateLimit-Remaining`).
+    pub remaining: Arc<str>,
+    /// Header carrying the seconds until reset (`RateLimit-Reset`).
+    pub reset: Arc<str>,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: Arc::from("RateLimit-Limit"),
+            remaining: Arc::from("RateLimit-Remaining"),
+            reset: Arc::from("RateLimit-Reset"),
+        }
+    }
+}
+
+pub(super) fn current_limit(limit: &Limit) -> CurrentLimit {
+    CurrentLimit {
+        name: limit.name.clone(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: limit.unit,
+    }
+}
+
+impl<S: Store> Limiter<S> {
+    pub(super) fn respond(&self, plans: &[Plan<'_>], slots: &[Pending]) -> Response {
+        let mut statuses = Vec::with_capacity(plans.len());
+        let (mut any_over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
+        let mut slots = slots.iter().peekable();
+        for (i, plan) in plans.iter().enumerate() {
+            let status = match plan {
+                Plan::NoLimit => Status::NO_LIMIT,
+                Plan::Unlimited => Status::UNLIMITED,
+                Plan::Limited {
+                    limits,
+                    shadow_mode,
+                    quota_mode,
+                    stats_key,
+                    ..
+                } => {
+                    // The descriptor's answer: its first violated limit, else
+                    // the one with the least remaining.
+                    let mut chosen: Option<(usize, Outcome)> = None;
+                    let (mut hits, mut cached) = (0, false);
+                    while let Some(slot) = slots.next_if(|s| s.plan == i) {
+                        hits = slot.hits;
+                        cached |= slot.cached && slot.outcome.is_some_and(|o| o.over_limit);
+                        // Every slot gets an outcome; a missing one would be
+                        // a store bug, answered as a fresh window.
+                        let at = (slot.base + slot.outcome.map_or(0, |o| o.limit_index))
+                            .min(limits.len().saturating_sub(1));
+                        let outcome = slot
+                            .outcome
+                            .unwrap_or_else(|| failure_outcome(&limits[at], false));
+                        let better = match &chosen {
+                            None => true,
+                            Some((_, best)) if best.over_limit => false,
+                            Some((_, best)) => {
+                                outcome.over_limit || outcome.remaining < best.remaining
+                            }
+                        };
+                        if better {
+                            chosen = Some((at, outcome));
+                        }
+                    }
+                    let (at, outcome) =
+                        chosen.unwrap_or_else(|| (0, failure_outcome(&limits[0], false)));
+                    let limit = u64::from(limits[at].requests_per_unit);
+                    self.metrics.record_rule(
+                        stats_key,
+                        RuleHit {
+                            hits,
+                            limit,
+                            // Algorithms without a running count report it
+                            // through `remaining`.
+                            before: outcome
+                                .before
+                                .max(limit.saturating_sub(outcome.remaining).saturating_sub(hits)),
+                            after: outcome.after.max(limit.saturating_sub(outcome.remaining)),
+                            over_limit: outcome.over_limit,
+                            local_cache: cached,
+                            shadow_mode: *shadow_mode,
+                        },
+                    );
+                    let code = if outcome.over_limit && !shadow_mode {
+                        Code::OverLimit
+                    } else {
+                        Code::Ok
+                    };
+                    if *quota_mode {
+                        quota_total += 1;
+                        quota_over += usize::from(code == Code::OverLimit);
+                    } else {
+                        any_over |= code == Code::OverLimit;
+                    }
+                    Status {
+                        code,
+                        current_limit: Some(current_limit(&limits[at])),
+                        limit_remaining: u32::try_from(outcome.remaining).unwrap_or(u32::MAX),
+                        duration_until_reset: Some(outcome.reset),
+                    }
+                }
+            };
+            statuses.push(status);
+        }
+        let over = any_over || (quota_total > 0 && quota_over == quota_total);
+        let overall_code = if over && !self.options.global_shadow_mode {
+            Code::OverLimit
+        } else {
+            if over {
+                self.metrics.record_global_shadow();
+            }
+            Code::Ok
+        };
+        let response_headers = self
+            .options
+            .response_headers
+            .as_ref()
+            .map(|names| limit_headers(names, plans, &statuses))
+            .unwrap_or_default();
+        Response {
+            overall_code,
+            statuses,
+            response_headers,
+        }
+    }
+}
+
+/// The reference's "most constrained descriptor" headers: the smallest
+/// remaining among limited descriptors, unless a non-quota descriptor is over
+/// its limit, in which case the last such one.
+pub(super) fn limit_headers(
+    names: &HeaderNames,
+    plans: &[Plan<'_>],
+    statuses: &[Status],
+) -> Vec<(Arc<str>, String)> {
+    let mut chosen: Option<usize> = None;
+    for (i, status) in statuses.iter().enumerate() {
+        if status.current_limit.is_none() {
+            continue;
+        }
+        let smaller = chosen.is_none_or(|c| status.limit_remaining < statuses[c].limit_remaining);
+        if smaller {
+            chosen = Some(i);
+        }
+    }
+    for (i, (status, plan)) in statuses.iter().zip(plans).enumerate() {
+        let quota = matches!(
+            plan,
+            Plan::Limited {
+                quota_mode: true,
+                ..
+            }
+        );
+        if status.code == Code::OverLimit && !quota {
+            chosen = Some(i);
+        }
+    }
+    let Some(i) = chosen else {
+        return Vec::new();
+    };
+    let status = &statuses[i];
+    let limit = status
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = status.duration_until_reset.map_or(0, |d| d.as_secs());
+    vec![
+        (names.limit.clone(), limit.to_string()),
+        (names.remaining.clone(), status.limit_remaining.to_string()),
+        (names.reset.clone(), reset.to_string()),
+    ]
+}

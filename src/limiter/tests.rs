@@ -1,0 +1,494 @@
+//! Unit tests of the decision.
+
+use super::*;
+use crate::clock::{ManualClock, UnixMillis};
+use crate::config::{LoadOptions, Source, load_sources};
+use crate::descriptor::{Descriptor, Entry, Unit};
+use crate::store::{MemoryStore, StoreKind};
+
+const RULES: &str = r"
+domain: d
+descriptors:
+  - key: k20
+    rate_limit: {unit: second, requests_per_unit: 20}
+  - key: k8
+    rate_limit: {unit: second, requests_per_unit: 8}
+  - key: hourly
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: minute
+    rate_limit: {unit: minute, requests_per_unit: 2, name: per_minute}
+  - key: five_minutes
+    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: quota_b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: replacer
+    rate_limit:
+      unit: minute
+      requests_per_unit: 100
+      replaces: [{name: per_minute}]
+  - key: path
+    value: /api/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: burst
+    rate_limits:
+      - {unit: second, requests_per_unit: 3, algorithm: sliding_window}
+      - {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
+";
+
+/// 2023-11-14T22:13:20Z, chosen on a minute boundary plus 20 s.
+const T0: u64 = 1_700_000_000;
+
+fn limiter_with(options: LimiterOptions) -> (Limiter<StoreKind>, ManualClock) {
+    let index = load_sources(
+        &[Source {
+            name: "d.yaml".into(),
+            text: RULES.into(),
+        }],
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let limiter = Limiter::new(
+        Arc::new(ArcSwap::from_pointee(index)),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(clock.clone()),
+        options,
+    );
+    (limiter, clock)
+}
+
+fn limiter() -> (Limiter<StoreKind>, ManualClock) {
+    limiter_with(LimiterOptions::default())
+}
+
+fn one(key: &str, value: &str) -> Descriptor {
+    Descriptor::from_pairs([(key, value)])
+}
+
+fn request(descriptors: Vec<Descriptor>) -> Request {
+    Request {
+        domain: "d".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+fn with_hits(mut d: Descriptor, hits: u64) -> Descriptor {
+    d.hits_addend = Some(hits);
+    d
+}
+
+async fn ask(l: &Limiter<StoreKind>, descriptors: Vec<Descriptor>) -> Response {
+    l.should_rate_limit(&request(descriptors)).await.unwrap()
+}
+
+#[tokio::test]
+async fn reference_vector_limit_20_hits_3_after_5_leaves_15() {
+    let (l, _) = limiter();
+    ask(&l, vec![with_hits(one("k20", "x"), 2)]).await;
+    let r = ask(&l, vec![with_hits(one("k20", "x"), 3)]).await;
+    assert_eq!(r.overall_code, Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 15);
+}
+
+#[tokio::test]
+async fn reference_vector_limit_8_hits_2_after_7_leaves_1() {
+    let (l, _) = limiter();
+    ask(&l, vec![with_hits(one("k8", "x"), 5)]).await;
+    let r = ask(&l, vec![with_hits(one("k8", "x"), 2)]).await;
+    assert_eq!(
+        (r.statuses[0].code, r.statuses[0].limit_remaining),
+        (Code::Ok, 1)
+    );
+}
+
+#[tokio::test]
+async fn reference_vector_hits_0_on_count_11_of_10_is_over_and_consumes_nothing() {
+    let (l, _) = limiter();
+    ask(&l, vec![with_hits(one("hourly", "x"), 11)]).await;
+    for _ in 0..3 {
+        let r = ask(&l, vec![with_hits(one("hourly", "x"), 0)]).await;
+        assert_eq!(r.overall_code, Code::OverLimit);
+        assert_eq!(r.statuses[0].limit_remaining, 0);
+    }
+    // Nothing was consumed: the counter is still 11.
+    let memory = l.store().as_memory().unwrap();
+    assert_eq!(memory.len(), 1);
+}
+
+#[tokio::test]
+async fn hits_0_at_exactly_the_limit_is_ok_with_nothing_left() {
+    let (l, _) = limiter();
+    ask(&l, vec![with_hits(one("hourly", "x"), 10)]).await;
+    let r = ask(&l, vec![with_hits(one("hourly", "x"), 0)]).await;
+    assert_eq!(
+        (r.statuses[0].code, r.statuses[0].limit_remaining),
+        (Code::Ok, 0)
+    );
+}
+
+#[tokio::test]
+async fn first_n_hits_pass_then_over_limit_hits_still_count() {
+    let (l, clock) = limiter();
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let r = ask(&l, vec![one("minute", "u")]).await;
+        remaining.push((r.statuses[0].code, r.statuses[0].limit_remaining));
+    }
+    assert_eq!(
+        remaining,
+        vec![(Code::Ok, 1), (Code::Ok, 0), (Code::OverLimit, 0)]
+    );
+    // The over-limit hit counted: a check without consuming is still over.
+    let r = ask(&l, vec![with_hits(one("minute", "u"), 0)]).await;
+    assert_eq!(r.statuses[0].code, Code::OverLimit);
+    // The next epoch-aligned minute starts from zero.
+    clock.advance(Duration::from_secs(40));
+    let r = ask(&l, vec![one("minute", "u")]).await;
+    assert_eq!(
+        (r.statuses[0].code, r.statuses[0].limit_remaining),
+        (Code::Ok, 1)
+    );
+}
+
+#[tokio::test]
+async fn over_limit_status_carries_limit_and_reset() {
+    let (l, _) = limiter();
+    let r = ask(&l, vec![one("minute", "u")]).await;
+    let status = &r.statuses[0];
+    assert_eq!(
+        status.current_limit,
+        Some(CurrentLimit {
+            name: Some(Arc::from("per_minute")),
+            requests_per_unit: 2,
+            unit: Unit::Minute,
+        })
+    );
+    // T0 is 20 s into its minute.
+    assert_eq!(status.duration_until_reset, Some(Duration::from_secs(40)));
+}
+
+#[tokio::test]
+async fn unit_multiplier_makes_a_longer_window() {
+    let (l, clock) = limiter();
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&l, vec![one("five_minutes", "u")]).await.overall_code,
+            Code::Ok
+        );
+    }
+    clock.advance(Duration::from_secs(60));
+    let r = ask(&l, vec![one("five_minutes", "u")]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    let reset = r.statuses[0].duration_until_reset.unwrap().as_secs();
+    assert_eq!(reset, 300 - (T0 + 60) % 300);
+}
+
+#[tokio::test]
+async fn zero_requests_per_unit_blocks_everything() {
+    let (l, _) = limiter();
+    let r = ask(&l, vec![one("blocked", "x")]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+}
+
+#[tokio::test]
+async fn shadow_mode_answers_ok_but_reports_nothing_left() {
+    let (l, _) = limiter();
+    ask(&l, vec![one("shadow", "x")]).await;
+    let r = ask(&l, vec![one("shadow", "x")]).await;
+    assert_eq!(r.overall_code, Code::Ok);
+    assert_eq!(r.statuses[0].code, Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert!(r.statuses[0].current_limit.is_some());
+}
+
+#[tokio::test]
+async fn global_shadow_mode_keeps_statuses_over_limit() {
+    let (l, _) = limiter_with(LimiterOptions {
+        global_shadow_mode: true,
+        ..LimiterOptions::default()
+    });
+    let r = ask(&l, vec![one("blocked", "x")]).await;
+    assert_eq!(r.overall_code, Code::Ok);
+    assert_eq!(r.statuses[0].code, Code::OverLimit);
+}
+
+#[tokio::test]
+async fn quota_descriptors_fail_the_request_only_when_all_are_over() {
+    let (l, _) = limiter();
+    ask(&l, vec![one("quota_a", "x")]).await;
+    let r = ask(&l, vec![one("quota_a", "x"), one("quota_b", "x")]).await;
+    assert_eq!(r.statuses[0].code, Code::OverLimit);
+    assert_eq!(r.statuses[1].code, Code::Ok);
+    assert_eq!(r.overall_code, Code::Ok);
+    let r = ask(&l, vec![one("quota_a", "x"), one("quota_b", "x")]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    // A non-quota descriptor over its limit fails the request by itself.
+    let r = ask(&l, vec![one("quota_a", "y"), one("blocked", "x")]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+}
+
+#[tokio::test]
+async fn unlimited_is_ok_with_max_remaining_and_counts_nothing() {
+    let (l, _) = limiter();
+    let r = ask(&l, vec![one("free", "x")]).await;
+    assert_eq!(r.statuses[0], Status::UNLIMITED);
+    assert_eq!(r.statuses[0].limit_remaining, 4_294_967_295);
+    assert!(
+        l.store()
+            .execute(Batch::default(), UnixMillis(0))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(l.store().as_memory().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn replaced_limits_are_dropped_and_not_counted() {
+    let (l, _) = limiter();
+    for _ in 0..5 {
+        let r = ask(&l, vec![one("minute", "u"), one("replacer", "u")]).await;
+        assert_eq!(r.overall_code, Code::Ok);
+        assert_eq!(r.statuses[0], Status::NO_LIMIT);
+        assert_eq!(
+            r.statuses[1]
+                .current_limit
+                .as_ref()
+                .unwrap()
+                .requests_per_unit,
+            100
+        );
+    }
+    // per_minute was never counted while replaced.
+    let r = ask(&l, vec![one("minute", "u")]).await;
+    assert_eq!(r.statuses[0].limit_remaining, 1);
+}
+
+#[tokio::test]
+async fn unknown_domain_and_unmatched_descriptors_are_ok_without_limit() {
+    let (l, _) = limiter();
+    let mut req = request(vec![one("minute", "u")]);
+    req.domain = "other".into();
+    let r = l.should_rate_limit(&req).await.unwrap();
+    assert_eq!(r.statuses, vec![Status::NO_LIMIT]);
+    let r = ask(&l, vec![one("nope", "x"), Descriptor::default()]).await;
+    assert_eq!(r.statuses, vec![Status::NO_LIMIT, Status::NO_LIMIT]);
+    assert_eq!(r.overall_code, Code::Ok);
+}
+
+#[tokio::test]
+async fn override_replaces_the_rule_but_needs_a_known_domain() {
+    let (l, _) = limiter();
+    let mut d = one("anything", "x");
+    d.limit = Some(crate::descriptor::RateLimitOverride {
+        requests_per_unit: 1,
+        unit: Unit::Hour,
+    });
+    let r = ask(&l, vec![d.clone()]).await;
+    assert_eq!(
+        r.statuses[0].current_limit.as_ref().unwrap().unit,
+        Unit::Hour
+    );
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert_eq!(ask(&l, vec![d.clone()]).await.overall_code, Code::OverLimit);
+    let mut req = request(vec![d]);
+    req.domain = "other".into();
+    let r = l.should_rate_limit(&req).await.unwrap();
+    assert_eq!(r.statuses, vec![Status::NO_LIMIT]);
+}
+
+#[tokio::test]
+async fn request_hits_addend_applies_unless_descriptor_sets_its_own() {
+    let (l, _) = limiter();
+    let mut req = request(vec![one("k20", "a"), with_hits(one("k20", "b"), 1)]);
+    req.hits_addend = 5;
+    let r = l.should_rate_limit(&req).await.unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 15);
+    assert_eq!(r.statuses[1].limit_remaining, 19);
+}
+
+#[tokio::test]
+async fn share_threshold_values_share_one_counter() {
+    let (l, _) = limiter();
+    ask(&l, vec![one("path", "/api/a")]).await;
+    let r = ask(&l, vec![one("path", "/api/b")]).await;
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert_eq!(
+        ask(&l, vec![one("path", "/api/c")]).await.overall_code,
+        Code::OverLimit
+    );
+}
+
+#[tokio::test]
+async fn headers_describe_the_most_constrained_descriptor() {
+    let (l, _) = limiter_with(LimiterOptions {
+        response_headers: Some(HeaderNames::default()),
+        ..LimiterOptions::default()
+    });
+    let r = ask(
+        &l,
+        vec![one("k20", "x"), one("minute", "x"), one("free", "x")],
+    )
+    .await;
+    let headers: Vec<(String, String)> = r
+        .response_headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    assert_eq!(
+        headers,
+        vec![
+            ("RateLimit-Limit".into(), "2".into()),
+            ("RateLimit-Remaining".into(), "1".into()),
+            ("RateLimit-Reset".into(), "40".into()),
+        ]
+    );
+    // An over-limit descriptor wins even with more "remaining" elsewhere.
+    let r = ask(&l, vec![one("blocked", "x"), one("k20", "x")]).await;
+    assert_eq!(&*r.response_headers[0].1, "0");
+    assert_eq!(r.response_headers[2].1, "1");
+    // No limited descriptor: no headers.
+    let r = ask(&l, vec![one("free", "x")]).await;
+    assert!(r.response_headers.is_empty());
+}
+
+#[tokio::test]
+async fn metrics_follow_the_reference_accounting() {
+    let (l, _) = limiter();
+    for _ in 0..25 {
+        ask(&l, vec![one("k20", "m")]).await;
+    }
+    let c = l.metrics().rule_counters("d.k20").unwrap();
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(get(&c.total_hits), 25);
+    assert_eq!(get(&c.within_limit), 20);
+    assert_eq!(get(&c.over_limit), 5);
+    assert_eq!(get(&c.near_limit), 4);
+    let mut req = request(vec![one("k20", "m")]);
+    req.domain = "nowhere".into();
+    l.should_rate_limit(&req).await.unwrap();
+    let text = l.metrics().render(None);
+    assert!(
+        text.contains("ratelimit_service_rate_limit_domain_not_found{domain=\"nowhere\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn several_limits_report_the_violated_one() {
+    let (l, _) = limiter();
+    // burst: 3 per second and 5 per minute on one descriptor.
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let r = ask(&l, vec![one("burst", "x")]).await;
+        let s = &r.statuses[0];
+        seen.push((
+            s.code,
+            s.limit_remaining,
+            s.current_limit.as_ref().unwrap().requests_per_unit,
+        ));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (Code::Ok, 2, 3),
+            (Code::Ok, 1, 3),
+            (Code::Ok, 0, 3),
+            (Code::OverLimit, 0, 3),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_are_rejected_and_count_nothing() {
+    let (l, _) = limiter_with(LimiterOptions {
+        bounds: RequestBounds {
+            max_descriptors: 2,
+            max_entries: 2,
+            max_entry_bytes: 8,
+            max_domain_bytes: 4,
+            max_hits_addend: 10,
+        },
+        ..LimiterOptions::default()
+    });
+    let mut req = request(vec![one("minute", "u")]);
+    req.domain.clear();
+    let err = l.should_rate_limit(&req).await.unwrap_err();
+    assert_eq!(err.to_string(), "rate limit domain must not be empty");
+    let err = l.should_rate_limit(&request(vec![])).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "rate limit descriptor list must not be empty"
+    );
+    let three = vec![one("minute", "u"), one("minute", "u"), one("minute", "u")];
+    let err = l.should_rate_limit(&request(three)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "request has 3 descriptors, more than the limit of 2"
+    );
+    let deep = Descriptor {
+        entries: vec![
+            Entry::new("a", "1"),
+            Entry::new("b", "2"),
+            Entry::new("c", "3"),
+        ],
+        ..Descriptor::default()
+    };
+    let err = l
+        .should_rate_limit(&request(vec![one("minute", "u"), deep]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "descriptor 1 has 3 entries, more than the limit of 2"
+    );
+    let err = l
+        .should_rate_limit(&request(vec![one("minute", "123456789")]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "descriptor 0 entry 0 is 15 bytes, more than the limit of 8"
+    );
+    assert!(err.is_invalid_request());
+    let mut long = request(vec![one("minute", "u")]);
+    long.domain = "edge5".into();
+    let err = l.should_rate_limit(&long).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "domain is 5 bytes, more than the limit of 4"
+    );
+    let mut heavy = request(vec![one("minute", "u")]);
+    heavy.hits_addend = 11;
+    let err = l.should_rate_limit(&heavy).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "request hits_addend 11 is more than the limit of 10"
+    );
+    let mut heavy = one("minute", "u");
+    heavy.hits_addend = Some(1 << 31);
+    let err = l
+        .should_rate_limit(&request(vec![one("minute", "u"), heavy]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "descriptor 1 hits_addend 2147483648 is more than the limit of 10"
+    );
+    assert!(err.is_invalid_request());
+    let memory = l.store().as_memory().unwrap();
+    assert!(memory.is_empty(), "a rejected request counted something");
+}
