@@ -1,0 +1,183 @@
+//! Command building: one operation becomes one EVALSHA (arguments written
+//! straight into the command), and a request's operations one batch-script
+//! call; how a refused operation is undone.
+
+use super::{RedisStore, scripts};
+use crate::algorithm::Spec;
+use crate::clock::UnixMillis;
+use crate::store::Op;
+use std::fmt::Write as _;
+
+impl RedisStore {
+    /// The EVALSHA command for one operation, and (when the batch may have
+    /// to be refused as a whole) how to undo it. Arguments are written
+    /// straight into the command: no intermediate strings.
+    pub(super) fn call(
+        &self,
+        op: &Op,
+        now: UnixMillis,
+        refuse_over: bool,
+    ) -> (redis::Cmd, Option<Undo>) {
+        let keys = &self.inner.keys;
+        let now_us = now.0.saturating_mul(1_000);
+        // `base_len`: for a sliding window, the key is its bucket base
+        // followed by the bucket start, and the script needs the base too.
+        let mut base_len = 0;
+        let (script, key, undo_amount) = match op.spec {
+            Spec::FixedWindow { window, .. } => (
+                &*scripts::FIXED_WINDOW,
+                keys.fixed_window(&op.id, window.window_secs(), window.window_start(now)),
+                op.hits,
+            ),
+            Spec::SlidingWindow(sw) => {
+                let mut key = keys.sliding_base(&op.id);
+                base_len = key.len();
+                if let Some(first) = sw.series().as_slice().first() {
+                    // Infallible: writing to a String cannot fail.
+                    let _ = write!(key, "{}:{}", first.bucket_secs, first.current_start(now));
+                }
+                (&*scripts::SLIDING_WINDOW, key, op.hits)
+            }
+            Spec::SlidingLog(_) => (&*scripts::SLIDING_LOG, keys.sliding_log(&op.id), 0),
+            Spec::Gcra(gcra) => (
+                &*scripts::GCRA,
+                keys.gcra(&op.id, gcra.interval_us(), gcra.burst()),
+                op.hits.saturating_mul(gcra.interval_us()),
+            ),
+        };
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(1).arg(key.as_str());
+        let mut log_prefix = None;
+        match op.spec {
+            Spec::FixedWindow { window, limit } => {
+                cmd.arg(op.hits)
+                    .arg(self.ttl_secs(window.window_secs()))
+                    .arg(limit)
+                    .arg(u8::from(refuse_over));
+            }
+            Spec::SlidingWindow(sw) => {
+                let series = sw.series();
+                cmd.arg(op.hits)
+                    .arg(key.get(..base_len).unwrap_or_default())
+                    .arg(u8::from(sw.count_rejected() && !refuse_over))
+                    .arg(series.as_slice().len());
+                for s in series.as_slice() {
+                    cmd.arg(s.bucket_secs)
+                        .arg(s.newest_start(now))
+                        .arg(s.len())
+                        .arg(s.ahead)
+                        .arg(s.ttl_secs());
+                }
+                for (limit, offset, covered) in sw.windows() {
+                    cmd.arg(limit).arg(offset).arg(covered);
+                }
+            }
+            Spec::SlidingLog(sl) => {
+                let prefix = format!("{now_us}:{:x}:", self.nonce());
+                cmd.arg(op.hits)
+                    .arg(now_us)
+                    .arg(sl.longest_ms().max(1))
+                    .arg(now_us.saturating_sub(sl.longest_ms().saturating_mul(1_000)))
+                    .arg(prefix.as_str());
+                for &(limit, window_ms) in sl.limits() {
+                    cmd.arg(limit).arg(format!(
+                        "({}",
+                        now_us.saturating_sub(window_ms.saturating_mul(1_000))
+                    ));
+                }
+                if refuse_over {
+                    log_prefix = Some(prefix);
+                }
+            }
+            Spec::Gcra(gcra) => {
+                cmd.arg(now_us)
+                    .arg(gcra.interval_us())
+                    .arg(gcra.capacity_us())
+                    .arg(op.hits)
+                    .arg(u8::from(!gcra.denies_all()));
+            }
+        }
+        let undo = if refuse_over {
+            Some(match log_prefix {
+                Some(prefix) => Undo::Members {
+                    key,
+                    prefix,
+                    hits: op.hits,
+                },
+                None => Undo::Decrement {
+                    keys: match op.spec {
+                        Spec::SlidingWindow(sw) => {
+                            let base = key.get(..base_len).unwrap_or_default();
+                            sw.series()
+                                .as_slice()
+                                .iter()
+                                .map(|s| {
+                                    format!("{base}{}:{}", s.bucket_secs, s.current_start(now))
+                                })
+                                .collect()
+                        }
+                        _ => vec![key],
+                    },
+                    amount: undo_amount,
+                },
+            })
+        } else {
+            None
+        };
+        (cmd, undo)
+    }
+}
+
+/// The batch script's number of an algorithm.
+pub(super) const fn algorithm_number(spec: &Spec) -> u8 {
+    match spec {
+        Spec::FixedWindow { .. } => 1,
+        Spec::SlidingWindow(_) => 2,
+        Spec::SlidingLog(_) => 3,
+        Spec::Gcra(_) => 4,
+    }
+}
+
+/// One batch-script call for per-operation EVALSHA commands
+/// (`EVALSHA sha 1 key args…`): their keys as KEYS, their arguments behind
+/// the algorithm number and count.
+pub(super) fn batch_cmd<'a>(ops: impl Iterator<Item = (u8, &'a redis::Cmd)> + Clone) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts::BATCH.get_hash()).arg(ops.clone().count());
+    // Arguments of an operation's command: EVALSHA, sha, 1, key, then its own.
+    for (_, op) in ops.clone() {
+        if let Some(redis::Arg::Simple(key)) = op.args_iter().nth(3) {
+            cmd.arg(key);
+        }
+    }
+    for (algorithm, op) in ops {
+        let args: Vec<&[u8]> = op
+            .args_iter()
+            .skip(4)
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                // Only SCAN-style commands carry other kinds of argument.
+                _ => None,
+            })
+            .collect();
+        cmd.arg(algorithm).arg(args.len());
+        for arg in args {
+            cmd.arg(arg);
+        }
+    }
+    cmd
+}
+
+/// How to undo one counted operation of a refused batch.
+#[derive(Debug)]
+pub(super) enum Undo {
+    /// DECRBY the keys (counters, the current bucket of each series, TATs).
+    Decrement { keys: Vec<String>, amount: u64 },
+    /// ZREM the request's members, `prefix` followed by 1..=hits (sliding
+    /// log); the script rebuilds them, so the command stays small.
+    Members {
+        key: String,
+        prefix: String,
+        hits: u64,
+    },
+}

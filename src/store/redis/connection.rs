@@ -1,0 +1,167 @@
+//! Connections: a pool of multiplexed connections to one server (standalone,
+//! or the master Sentinel names), or a Cluster connection; opening them and
+//! loading the scripts.
+
+use super::config::{RedisConfig, RedisMode, connection_info, redact};
+use super::scripts;
+use crate::store::StoreError;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, ConnectionInfo, RedisError, RedisResult};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+pub(super) enum Connection {
+    Pool(Pool),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pool(pool) => {
+                write!(f, "Pool({} connections to {})", pool.conns.len(), pool.addr)
+            }
+            Self::Cluster(_) => f.write_str("Cluster"),
+        }
+    }
+}
+
+pub(super) struct Pool {
+    pub(super) addr: String,
+    conns: Vec<ConnectionManager>,
+    next: AtomicUsize,
+}
+
+impl Pool {
+    pub(super) fn pick(&self) -> ConnectionManager {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
+        // `conns` is never empty: `connect_pool` opens at least one.
+        self.conns[i].clone()
+    }
+}
+
+pub(super) async fn open(config: &RedisConfig) -> Result<Connection, StoreError> {
+    match config.mode {
+        RedisMode::Single => {
+            let info = connection_info(&config.url, config.auth.as_deref(), config.tls.as_ref())?;
+            let addr = redact(&config.url);
+            Ok(Connection::Pool(connect_pool(config, info, addr).await?))
+        }
+        RedisMode::Sentinel => {
+            let master = sentinel_master(config).await?;
+            Ok(Connection::Pool(
+                connect_pool(config, master.info, master.addr_text).await?,
+            ))
+        }
+        RedisMode::Cluster => {
+            let seeds = config
+                .url
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| connection_info(s, None, config.tls.as_ref()))
+                .collect::<RedisResult<Vec<_>>>()?;
+            let mut builder = ClusterClientBuilder::new(seeds)
+                .connection_timeout(config.connect_timeout)
+                .response_timeout(config.timeout)
+                .retries(2);
+            if let Some(tls) = &config.tls {
+                builder = builder
+                    .certs(tls.certificates()?)
+                    .danger_accept_invalid_hostnames(tls.skip_hostname_verification);
+            }
+            if let Some(auth) = config.auth.as_deref().filter(|a| !a.is_empty()) {
+                builder = match auth.split_once(':') {
+                    Some((user, password)) => builder.username(user).password(password),
+                    None => builder.password(auth),
+                };
+            }
+            let client = builder.build()?;
+            Ok(Connection::Cluster(client.get_async_connection().await?))
+        }
+    }
+}
+
+pub(super) async fn connect_pool(
+    config: &RedisConfig,
+    info: ConnectionInfo,
+    addr: String,
+) -> Result<Pool, StoreError> {
+    let client = match &config.tls {
+        Some(tls) => Client::build_with_tls(info, tls.certificates()?)?,
+        None => Client::open(info)?,
+    };
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_secs(1));
+    let mut conns = Vec::with_capacity(config.pool_size.max(1));
+    for _ in 0..config.pool_size.max(1) {
+        conns.push(
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?,
+        );
+    }
+    // Load the scripts up front so the first requests do not pay for it.
+    if let Some(conn) = conns.first_mut() {
+        for script in scripts::all() {
+            script.prepare_invoke().load_async(conn).await?;
+        }
+    }
+    Ok(Pool {
+        addr,
+        conns,
+        next: AtomicUsize::new(0),
+    })
+}
+
+pub(super) struct Master {
+    pub(super) info: ConnectionInfo,
+    pub(super) addr_text: String,
+}
+
+/// Asks the Sentinel nodes, in order, where the master is.
+pub(super) async fn sentinel_master(config: &RedisConfig) -> Result<Master, StoreError> {
+    let mut parts = config.url.split(',').map(str::trim);
+    let name = parts
+        .next()
+        .filter(|n| !n.is_empty())
+        .ok_or(StoreError::Config {
+            reason: "sentinel REDIS_URL must be 'mastername,host:port[,host:port…]'",
+        })?;
+    let mut last_error = None;
+    for node in parts.filter(|p| !p.is_empty()) {
+        let attempt = async {
+            let info = connection_info(node, config.sentinel_auth.as_deref(), None)?;
+            let client = Client::open(info)?;
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let (host, port): (String, u16) = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(name)
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, RedisError>((host, port))
+        };
+        match tokio::time::timeout(config.connect_timeout, attempt).await {
+            Ok(Ok((host, port))) => {
+                let addr_text = format!("{host}:{port}");
+                let info =
+                    connection_info(&addr_text, config.auth.as_deref(), config.tls.as_ref())?;
+                return Ok(Master { info, addr_text });
+            }
+            Ok(Err(err)) => last_error = Some(StoreError::from(err)),
+            Err(_) => last_error = Some(StoreError::Timeout),
+        }
+    }
+    Err(last_error.unwrap_or(StoreError::Config {
+        reason: "sentinel REDIS_URL names no sentinel node",
+    }))
+}
+
+pub(super) async fn load_scripts<C: redis::aio::ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+    for script in scripts::all() {
+        script.prepare_invoke().load_async(conn).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! Execution and replies: one round trip per request (a pipeline on a
+//! pool, concurrent calls on a Cluster), NOSCRIPT recovery, taking back a
+//! refused batch, and reading replies strictly (an unexpected shape is an
+//! error, never a fresh window).
+
+use super::command::Undo;
+use super::connection::{Connection, load_scripts};
+use super::scripts;
+use crate::algorithm::fixed_window::Tally;
+use crate::algorithm::sliding_log::WindowProbe;
+use crate::algorithm::{Outcome, Spec};
+use crate::clock::UnixMillis;
+use crate::store::Op;
+use redis::aio::ConnectionManager;
+use redis::{RedisError, RedisResult};
+
+/// Undoes the counted operations of a batch refused as a whole.
+pub(super) async fn take_back(
+    connection: &Connection,
+    ops: &[Op],
+    undos: &[Option<Undo>],
+    outcomes: &mut [Outcome],
+    now: UnixMillis,
+) -> RedisResult<()> {
+    let undo: Vec<usize> = (0..ops.len())
+        .filter(|&i| outcomes[i].counted && ops[i].hits > 0)
+        .collect();
+    let cmds: Vec<redis::Cmd> = undo
+        .iter()
+        .filter_map(|&i| undos[i].as_ref())
+        .map(|undo| {
+            let mut cmd = redis::cmd("EVALSHA");
+            match undo {
+                Undo::Decrement { keys, amount } => {
+                    cmd.arg(scripts::TAKE_BACK.get_hash()).arg(keys.len());
+                    for key in keys {
+                        cmd.arg(key.as_str());
+                    }
+                    cmd.arg(*amount);
+                }
+                Undo::Members { key, prefix, hits } => {
+                    cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
+                        .arg(1)
+                        .arg(key.as_str())
+                        .arg(prefix.as_str())
+                        .arg(*hits);
+                }
+            }
+            cmd
+        })
+        .collect();
+    if cmds.is_empty() {
+        return Ok(());
+    }
+    execute(connection, cmds).await?;
+    for &i in &undo {
+        outcomes[i] = crate::store::taken_back(&ops[i], outcomes[i], now);
+    }
+    Ok(())
+}
+
+/// Runs EVALSHA commands in one round trip: one pipeline on a standalone or
+/// Sentinel connection; concurrent commands on a Cluster (each routed to its
+/// key's node, pipelined per node by the client). Commands that meet
+/// NOSCRIPT (Redis restarted, failed over or flushed its scripts) are run
+/// again, alone, once the scripts are loaded: the others already counted.
+pub(super) async fn execute(
+    connection: &Connection,
+    cmds: Vec<redis::Cmd>,
+) -> RedisResult<Vec<Vec<i64>>> {
+    let values = match connection {
+        Connection::Pool(pool) => {
+            let mut conn = pool.pick();
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for cmd in cmds {
+                pipe.add_command(cmd);
+            }
+            let mut values: Vec<redis::Value> = pipe.query_async(&mut conn).await?;
+            let missing = noscript(&values);
+            if !missing.is_empty() {
+                load_scripts(&mut conn).await?;
+                let mut again = redis::pipe();
+                again.ignore_errors();
+                for (i, cmd) in pipe.cmd_iter().enumerate() {
+                    if missing.contains(&i) {
+                        again.add_command(cmd.clone());
+                    }
+                }
+                let retried: Vec<redis::Value> = again.query_async(&mut conn).await?;
+                for (i, value) in missing.into_iter().zip(retried) {
+                    values[i] = value;
+                }
+            }
+            values
+        }
+        Connection::Cluster(cluster) => {
+            let cmds = &cmds;
+            let run = |i: usize| {
+                let mut conn = cluster.clone();
+                async move { cmds[i].query_async::<redis::Value>(&mut conn).await }
+            };
+            let mut results = futures_util::future::join_all((0..cmds.len()).map(run)).await;
+            let missing: Vec<usize> = results
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)))
+                .map(|(i, _)| i)
+                .collect();
+            if !missing.is_empty() {
+                load_scripts(&mut cluster.clone()).await?;
+                let retried = futures_util::future::join_all(missing.iter().map(|&i| run(i))).await;
+                for (i, result) in missing.into_iter().zip(retried) {
+                    results[i] = result;
+                }
+            }
+            return results
+                .into_iter()
+                .map(|r| r.and_then(|value| integers(&value)))
+                .collect();
+        }
+    };
+    values
+        .into_iter()
+        .map(|value| match value {
+            redis::Value::ServerError(err) => Err(RedisError::from(err)),
+            value => integers(&value),
+        })
+        .collect()
+}
+
+/// Runs one batch-script call, loading the scripts once on NOSCRIPT (a
+/// NOSCRIPT call ran nothing, so running it again counts nothing twice).
+pub(super) async fn execute_batch(
+    conn: &mut ConnectionManager,
+    cmd: &redis::Cmd,
+) -> RedisResult<Vec<Vec<i64>>> {
+    let value = match cmd.query_async::<redis::Value>(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            load_scripts(conn).await?;
+            cmd.query_async::<redis::Value>(conn).await?
+        }
+        other => other?,
+    };
+    match value {
+        redis::Value::Array(replies) => replies.iter().map(integers).collect(),
+        other => Err(bad_reply(format!("batch reply {other:?}"))),
+    }
+}
+
+/// Positions of the replies that are NOSCRIPT errors.
+pub(super) fn noscript(values: &[redis::Value]) -> Vec<usize> {
+    values
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| {
+            matches!(v, redis::Value::ServerError(err)
+                if err.kind() == Some(redis::ServerErrorKind::NoScript))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A script reply as integers: an integer, or an array of integers.
+/// Anything else is an unexpected reply, never read as zero.
+pub(super) fn integers(value: &redis::Value) -> RedisResult<Vec<i64>> {
+    match value {
+        redis::Value::Int(n) => Ok(vec![*n]),
+        redis::Value::Array(items) => items
+            .iter()
+            .map(|item| match item {
+                redis::Value::Int(n) => Ok(*n),
+                other => Err(bad_reply(format!("array item {other:?}"))),
+            })
+            .collect(),
+        other => Err(bad_reply(format!("{other:?}"))),
+    }
+}
+
+/// The error of a script reply floodgate cannot read (a script from another
+/// version, a proxy in between): a typed store error, answered by the
+/// failure policy.
+pub(super) fn bad_reply(detail: String) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected script reply",
+        detail,
+    ))
+}
+
+/// Reads a script reply: the same pure functions as the memory store turn
+/// the state Redis saw into the answer. A reply of the wrong length is an
+/// error, never a fresh window.
+pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Outcome> {
+    let expected = match op.spec {
+        Spec::FixedWindow { .. } => 3,
+        Spec::SlidingWindow(sw) => 1 + sw.buckets(),
+        Spec::SlidingLog(sl) => 1 + 2 * sl.limits().len(),
+        Spec::Gcra(_) => 2,
+    };
+    if reply.len() != expected {
+        return Err(bad_reply(format!(
+            "{} integers where {expected} were expected",
+            reply.len()
+        )));
+    }
+    let at = |i: usize| reply.get(i).copied().unwrap_or(0);
+    let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
+    Ok(match op.spec {
+        Spec::FixedWindow { window, limit } => {
+            let (before, after) = (unsigned(at(0)), unsigned(at(1)));
+            if at(2) == 1 {
+                window.outcome(Tally { before, after }, limit, now, true)
+            } else {
+                window.refused(before, op.hits, limit, now)
+            }
+        }
+        Spec::SlidingWindow(sw) => {
+            let counts: Vec<u64> = reply.iter().skip(1).map(|&v| unsigned(v)).collect();
+            sw.outcome(&counts, op.hits, at(0) == 1, now)
+        }
+        Spec::SlidingLog(sl) => {
+            let probes: Vec<WindowProbe> = reply
+                .get(1..)
+                .unwrap_or_default()
+                .chunks_exact(2)
+                .map(|pair| WindowProbe {
+                    count: pair.first().map_or(0, |&v| unsigned(v)),
+                    at_us: pair.get(1).and_then(|&v| u64::try_from(v).ok()),
+                })
+                .collect();
+            sl.outcome(&probes, op.hits, at(0) == 1, now)
+        }
+        Spec::Gcra(gcra) => {
+            let stored = u64::try_from(at(1)).ok();
+            let (_, mut outcome) = gcra.decide(stored, now, op.hits);
+            outcome.counted = at(0) == 1;
+            outcome
+        }
+    })
+}

@@ -1,0 +1,120 @@
+//! Unit tests of `redis`.
+
+use super::config::{connection_info, redact};
+use super::execute::integers;
+use super::*;
+use crate::algorithm::fixed_window::is_over_limit;
+use crate::algorithm::{FixedWindow, Spec};
+use crate::store::{Op, StoreError};
+
+#[test]
+fn passwords_are_redacted() {
+    assert_eq!(
+        redact("redis://user:secret@host:6379/0"),
+        "redis://user:***@host:6379/0"
+    );
+    assert_eq!(
+        redact("rediss://:secret@a:1,redis://b:2"),
+        "rediss://:***@a:1,redis://b:2"
+    );
+    assert_eq!(redact("127.0.0.1:6379"), "127.0.0.1:6379");
+}
+
+#[test]
+fn reference_address_forms_parse() {
+    let info = connection_info("127.0.0.1:6379", Some("user:pw"), None).unwrap();
+    assert_eq!(info.addr().to_string(), "127.0.0.1:6379");
+    assert_eq!(info.redis_settings().username(), Some("user"));
+    assert_eq!(info.redis_settings().password(), Some("pw"));
+    let info = connection_info("redis://h:1", Some("pw"), None).unwrap();
+    assert_eq!(info.redis_settings().password(), Some("pw"));
+    assert_eq!(info.redis_settings().username(), None);
+    let info = connection_info("/var/run/redis.sock", None, None).unwrap();
+    assert!(info.addr().to_string().contains("redis.sock"));
+    assert!(connection_info("redis://[bad", None, None).is_err());
+}
+
+#[test]
+fn jitter_stays_below_the_maximum() {
+    let mut config = RedisConfig::single("127.0.0.1:1");
+    config.expiration_jitter_max_secs = 5;
+    let store = RedisStore::new(config);
+    for _ in 0..200 {
+        let ttl = store.ttl_secs(60);
+        assert!((60..65).contains(&ttl), "{ttl}");
+    }
+    let none = RedisStore::new(RedisConfig::single("127.0.0.1:1"));
+    assert_eq!(none.ttl_secs(60), 60);
+}
+
+#[test]
+fn fixed_window_outcome_matches_memory_semantics() {
+    let now = UnixMillis::from_secs(1_230);
+    let op = Op {
+        id: crate::store::CounterId::new("d", [("k", "v")]),
+        spec: Spec::FixedWindow {
+            window: FixedWindow::new(60),
+            limit: 5,
+        },
+        hits: 2,
+    };
+    let o = outcome(&op, &[3, 5, 1], now).unwrap();
+    assert_eq!(
+        (o.over_limit, o.remaining, o.reset.as_secs()),
+        (false, 0, 30)
+    );
+    let o = outcome(&op, &[4, 6, 0], now).unwrap();
+    assert!(o.over_limit && !o.counted);
+    assert!(is_over_limit(o.after, 5));
+}
+
+#[test]
+fn unexpected_replies_are_typed_errors_never_fresh_windows() {
+    let now = UnixMillis::from_secs(1_230);
+    let op = |spec| Op {
+        id: crate::store::CounterId::new("d", [("k", "v")]),
+        spec,
+        hits: 1,
+    };
+    let fixed = op(Spec::FixedWindow {
+        window: FixedWindow::new(60),
+        limit: 5,
+    });
+    let log = op(Spec::SlidingLog(crate::algorithm::SlidingLog::new(
+        crate::algorithm::Limits::new([(5, 1_000), (9, 60_000)]),
+    )));
+    let gcra = op(Spec::Gcra(crate::algorithm::Gcra::new(5, 1_000, 5)));
+    for (op, reply) in [
+        (&fixed, &[][..]),
+        (&fixed, &[1, 2][..]),
+        (&fixed, &[1, 2, 1, 0][..]),
+        (&log, &[1, 0, -1][..]),
+        (&gcra, &[1][..]),
+    ] {
+        let err = StoreError::from(outcome(op, reply, now).unwrap_err());
+        assert!(
+            matches!(err, StoreError::BadReply { .. }),
+            "{reply:?}: {err:?}"
+        );
+        assert!(!err.is_transient());
+    }
+    assert!(outcome(&log, &[1, 0, -1, 0, -1], now).is_ok());
+    for value in [
+        redis::Value::Nil,
+        redis::Value::Okay,
+        redis::Value::BulkString(b"12".to_vec()),
+        redis::Value::Array(vec![redis::Value::Int(1), redis::Value::Nil]),
+        redis::Value::Array(vec![redis::Value::Array(vec![])]),
+    ] {
+        let err = StoreError::from(integers(&value).unwrap_err());
+        assert!(matches!(err, StoreError::BadReply { .. }), "{err:?}");
+    }
+    assert_eq!(
+        integers(&redis::Value::Array(vec![
+            redis::Value::Int(3),
+            redis::Value::Int(-1)
+        ]))
+        .unwrap(),
+        vec![3, -1]
+    );
+}
