@@ -1,0 +1,196 @@
+//! `rate_limit` and `rate_limits` validation, with the reference's wording:
+//! units, multipliers, algorithms and their options, `replaces`, windows.
+
+use super::*;
+/// Largest `requests_per_unit` of a `sliding_log` limit: the log keeps one
+/// entry per admitted hit, so this bounds its memory.
+pub(super) const MAX_SLIDING_LOG_LIMIT: u32 = 10_000;
+
+/// Checks a `rate_limits` list: every entry as a `rate_limit`, none
+/// unlimited, all of one algorithm.
+pub(super) fn check_rate_limits(
+    check: &mut FileCheck<'_>,
+    rate_limits: &[model::RateLimit],
+    place: &Place<'_>,
+) -> Option<(Policy, Vec<Arc<str>>)> {
+    let here = place.render("");
+    if rate_limits.is_empty() {
+        check.issue(&here, "rate_limits must list at least one limit");
+        return None;
+    }
+    if rate_limits.len() > MAX_LIMITS {
+        check.issue(
+            &here,
+            format!(
+                "rate_limits lists {} limits; at most {MAX_LIMITS} are allowed",
+                rate_limits.len()
+            ),
+        );
+        return None;
+    }
+    let mut limits = Vec::with_capacity(rate_limits.len());
+    let mut replaces = Vec::new();
+    let mut ok = true;
+    for (index, rate_limit) in rate_limits.iter().enumerate() {
+        let field = format!(".rate_limits[{index}]");
+        if rate_limit.unlimited.unwrap_or(false) {
+            check.issue(
+                &place.render(&field),
+                "unlimited is not allowed in rate_limits; use rate_limit",
+            );
+            ok = false;
+            continue;
+        }
+        match check_rate_limit(check, rate_limit, place, &field) {
+            Some((Policy::Limited(mut one), more)) => {
+                limits.append(&mut one);
+                replaces.extend(more);
+            }
+            _ => ok = false,
+        }
+    }
+    if ok && limits.iter().any(|l| l.algorithm != limits[0].algorithm) {
+        check.issue(
+            &here,
+            "all rate_limits of a descriptor must use the same algorithm",
+        );
+        ok = false;
+    }
+    if ok {
+        // Two limits of one window length would share one counter (its key
+        // is the window) and count every hit twice.
+        for (j, limit) in limits.iter().enumerate() {
+            let first = limits
+                .iter()
+                .position(|other| other.window_secs() == limit.window_secs());
+            if let Some(i) = first.filter(|&i| i < j) {
+                check.issue(
+                    &place.render(&format!(".rate_limits[{j}]")),
+                    format!(
+                        "has the same window ({} s) as rate_limits[{i}]; the windows of one descriptor must differ",
+                        limit.window_secs()
+                    ),
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then_some((Policy::Limited(limits), replaces))
+}
+
+/// Checks one `rate_limit` (at `field`, e.g. `.rate_limit`); `None` when it
+/// has a problem (already reported).
+pub(super) fn check_rate_limit(
+    check: &mut FileCheck<'_>,
+    rate_limit: &model::RateLimit,
+    place: &Place<'_>,
+    field: &str,
+) -> Option<(Policy, Vec<Arc<str>>)> {
+    let before = check.issues.len();
+    let here = if field == ".rate_limit" {
+        place.render("")
+    } else {
+        place.render(field)
+    };
+    let unlimited = rate_limit.unlimited.unwrap_or(false);
+    let unit_text = rate_limit.unit.as_deref();
+    let unit = unit_text.and_then(Unit::parse);
+    if unlimited {
+        // As in the reference, only a *valid* unit conflicts with unlimited.
+        if unit.is_some() {
+            check.issue(&here, "should not specify rate limit unit when unlimited");
+        }
+    } else {
+        match unit_text {
+            None => check.issue(
+                &here,
+                "missing rate limit unit (second, minute, hour, day, week, month or year)",
+            ),
+            Some(text) if unit.is_none() => {
+                check.issue(&here, format!("invalid rate limit unit '{text}'"));
+            }
+            Some(_) => {}
+        }
+        if rate_limit.requests_per_unit.is_none() {
+            check.issue(
+                &here,
+                "missing requests_per_unit (0 is allowed and blocks every request)",
+            );
+        }
+    }
+    let unit_multiplier = NonZeroU32::new(rate_limit.unit_multiplier.unwrap_or(1));
+    if unit_multiplier.is_none() {
+        check.issue(&here, "unit_multiplier must be at least 1");
+    }
+    let algorithm = match rate_limit.algorithm.as_deref() {
+        None => Some(Algorithm::default()),
+        Some(name) => {
+            let algorithm = Algorithm::parse(name);
+            if algorithm.is_none() {
+                let supported: Vec<_> = Algorithm::ALL.iter().map(|a| a.as_str()).collect();
+                check.issue(
+                    &here,
+                    format!(
+                        "unknown algorithm '{name}' (supported: {})",
+                        supported.join(", ")
+                    ),
+                );
+            }
+            algorithm
+        }
+    };
+    let name = rate_limit.name.as_deref();
+    let mut replaces = Vec::new();
+    for (index, entry) in rate_limit.replaces.iter().flatten().enumerate() {
+        let at = place.render(&format!("{field}.replaces[{index}]"));
+        match entry.name.as_deref() {
+            None | Some("") => check.issue(&at, "should not have an empty replaces entry"),
+            Some(replaced) if Some(replaced) == name => {
+                check.issue(&at, "replaces should not contain name of same descriptor");
+            }
+            Some(replaced) => replaces.push(Arc::from(replaced)),
+        }
+    }
+    if let Some(algorithm) = algorithm {
+        if rate_limit.burst.is_some() && algorithm != Algorithm::Gcra {
+            check.issue(&here, "burst is only valid with algorithm gcra");
+        }
+        if rate_limit.burst == Some(0) {
+            check.issue(&here, "burst must be at least 1");
+        }
+        if rate_limit.count_rejected.is_some() && algorithm != Algorithm::SlidingWindow {
+            check.issue(
+                &here,
+                "count_rejected is only valid with algorithm sliding_window",
+            );
+        }
+        if let Some(limit) = rate_limit.requests_per_unit
+            && algorithm == Algorithm::SlidingLog
+            && limit > MAX_SLIDING_LOG_LIMIT
+        {
+            check.issue(
+                &here,
+                format!(
+                    "sliding_log keeps one entry per hit: requests_per_unit {limit} is over the maximum of {MAX_SLIDING_LOG_LIMIT}; use sliding_window"
+                ),
+            );
+        }
+    }
+    if check.issues.len() != before {
+        return None;
+    }
+    let policy = if unlimited {
+        Policy::Unlimited
+    } else {
+        Policy::Limited(vec![Limit {
+            name: name.filter(|name| !name.is_empty()).map(Arc::from),
+            requests_per_unit: rate_limit.requests_per_unit?,
+            unit: unit?,
+            unit_multiplier: unit_multiplier?,
+            algorithm: algorithm?,
+            burst: rate_limit.burst,
+            count_rejected: rate_limit.count_rejected.unwrap_or(false),
+        }])
+    };
+    Some((policy, replaces))
+}
