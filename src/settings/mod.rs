@@ -1,0 +1,370 @@
+//! Process settings: command-line flags, each falling back to the reference
+//! service's environment variable, then to a default. Changing them needs a
+//! restart (rule files, by contrast, are reloadable).
+//!
+//! The environment is passed in as a map, so tests never touch the process
+//! environment.
+
+mod flags;
+mod parse;
+mod redis;
+#[cfg(test)]
+mod tests;
+
+pub use flags::{LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs, StoreType};
+pub use parse::parse_duration;
+use parse::{
+    addr_from_env, boolean, choice, duration, number, parse_listen_addr, pick, runtime_dir,
+};
+pub use redis::RedisSettings;
+use redis::redis_config;
+
+use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
+use crate::server::{ServeOptions, TlsOptions};
+use crate::store::{RedisConfig, RedisMode, RedisTls};
+use clap::{Args, ValueEnum};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A snapshot of the environment variables settings may read.
+pub type Env = HashMap<String, String>;
+
+/// Rule directory used when neither the flag nor any `RUNTIME_*` variable is set.
+pub const DEFAULT_CONFIG_DIR: &str = "examples/config";
+const DEFAULT_HOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const DEFAULT_GRPC_PORT: u16 = 8081;
+const DEFAULT_HTTP_PORT: u16 = 8080;
+
+/// Fully resolved settings of one `serve` process.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Rule directory.
+    pub config_dir: PathBuf,
+    /// Skip dot files in the rule directory.
+    pub ignore_dotfiles: bool,
+    /// Merge same-domain rule files.
+    pub merge_domain_config: bool,
+    /// gRPC listen address.
+    pub grpc_addr: SocketAddr,
+    /// HTTP listen address.
+    pub http_addr: SocketAddr,
+    /// Counter store.
+    pub store: StoreType,
+    /// Log filter directive.
+    pub log_level: String,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Time between two checks of the rule directory for changes.
+    pub config_poll_interval: Duration,
+    /// Decision settings.
+    pub limiter: LimiterOptions,
+    /// Serving settings.
+    pub serve: ServeOptions,
+    /// Redis settings, when the store is Redis.
+    pub redis: Option<RedisSettings>,
+    /// Separate metrics listener (`USE_PROMETHEUS`).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Byte budget of the embedded store (`MEMORY_STORE_MAX_BYTES`).
+    pub memory_store_max_bytes: usize,
+    /// `NEAR_LIMIT_RATIO`.
+    pub near_limit_ratio: f64,
+    /// Cap on distinct per-rule metric series.
+    pub metrics_max_series: usize,
+}
+
+/// A setting that could not be understood.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SettingsError {
+    /// An environment variable holds a value of the wrong form.
+    #[error("environment variable {var}='{value}' is not {expected}")]
+    InvalidEnv {
+        /// Variable name.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A setting is on but another one it depends on is missing.
+    #[error("{setting} needs {needs}")]
+    Missing {
+        /// The setting that is on.
+        setting: &'static str,
+        /// What it needs.
+        needs: &'static str,
+    },
+}
+
+impl Settings {
+    /// Resolves `args` over `env` over the defaults.
+    ///
+    /// # Errors
+    ///
+    /// [`SettingsError`] naming the variable whose value is malformed.
+    pub fn resolve(args: &ServeArgs, env: &Env) -> Result<Self, SettingsError> {
+        let get = |var: &str| env.get(var).filter(|v| !v.is_empty()).map(String::as_str);
+        let flag = |value: Option<bool>, var: &'static str| boolean(value, get(var), var);
+
+        let config_dir = match &args.config_dir {
+            Some(dir) => dir.clone(),
+            None => runtime_dir(&get),
+        };
+        let grpc_addr = match args.grpc_addr {
+            Some(addr) => addr,
+            None => addr_from_env(&get, "GRPC_HOST", "GRPC_PORT", DEFAULT_GRPC_PORT)?,
+        };
+        let http_addr = match args.http_addr {
+            Some(addr) => addr,
+            None => addr_from_env(&get, "HOST", "PORT", DEFAULT_HTTP_PORT)?,
+        };
+        let default_store = if get("REDIS_URL").is_some() {
+            StoreType::Redis
+        } else {
+            StoreType::Memory
+        };
+        let store = choice(
+            args.store,
+            get("BACKEND_TYPE"),
+            "BACKEND_TYPE",
+            "memory or redis",
+            default_store,
+        )?;
+        let log_format = choice(
+            args.log_format,
+            get("LOG_FORMAT"),
+            "LOG_FORMAT",
+            "text or json",
+            LogFormat::Text,
+        )?;
+        let response_headers = if flag(
+            args.limit_response_headers,
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+        )? {
+            let defaults = HeaderNames::default();
+            let name = |arg: &Option<String>, var: &str, default: Arc<str>| {
+                arg.as_deref()
+                    .or_else(|| get(var))
+                    .map_or(default, Arc::from)
+            };
+            Some(HeaderNames {
+                limit: name(
+                    &args.limit_limit_header,
+                    "LIMIT_LIMIT_HEADER",
+                    defaults.limit,
+                ),
+                remaining: name(
+                    &args.limit_remaining_header,
+                    "LIMIT_REMAINING_HEADER",
+                    defaults.remaining,
+                ),
+                reset: name(
+                    &args.limit_reset_header,
+                    "LIMIT_RESET_HEADER",
+                    defaults.reset,
+                ),
+            })
+        } else {
+            None
+        };
+        let defaults = RequestBounds::default();
+        let bounds = RequestBounds {
+            max_descriptors: number(
+                args.max_descriptors,
+                get("MAX_DESCRIPTORS"),
+                "MAX_DESCRIPTORS",
+                defaults.max_descriptors,
+            )?,
+            max_entries: number(
+                args.max_entries,
+                get("MAX_DESCRIPTOR_ENTRIES"),
+                "MAX_DESCRIPTOR_ENTRIES",
+                defaults.max_entries,
+            )?,
+            max_entry_bytes: number(
+                args.max_entry_bytes,
+                get("MAX_ENTRY_BYTES"),
+                "MAX_ENTRY_BYTES",
+                defaults.max_entry_bytes,
+            )?,
+            max_domain_bytes: number(
+                args.max_domain_bytes,
+                get("MAX_DOMAIN_BYTES"),
+                "MAX_DOMAIN_BYTES",
+                defaults.max_domain_bytes,
+            )?,
+            max_hits_addend: number(
+                args.max_hits_addend,
+                get("MAX_HITS_ADDEND"),
+                "MAX_HITS_ADDEND",
+                defaults.max_hits_addend,
+            )?,
+        };
+        let max_request_bytes = number(
+            args.max_request_bytes,
+            get("MAX_REQUEST_BYTES"),
+            "MAX_REQUEST_BYTES",
+            ServeOptions::default().max_request_bytes,
+        )?;
+        let tls = if flag(args.grpc_server_use_tls, "GRPC_SERVER_USE_TLS")? {
+            let path = |arg: &Option<PathBuf>, var: &str| {
+                arg.clone().or_else(|| get(var).map(PathBuf::from))
+            };
+            let (Some(cert), Some(key)) = (
+                path(&args.grpc_server_tls_cert, "GRPC_SERVER_TLS_CERT"),
+                path(&args.grpc_server_tls_key, "GRPC_SERVER_TLS_KEY"),
+            ) else {
+                return Err(SettingsError::Missing {
+                    setting: "GRPC_SERVER_USE_TLS",
+                    needs: "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+                });
+            };
+            let client_ca = path(&args.grpc_client_tls_cacert, "GRPC_CLIENT_TLS_CACERT");
+            let client_san = args
+                .grpc_client_tls_san
+                .clone()
+                .or_else(|| get("GRPC_CLIENT_TLS_SAN").map(str::to_owned));
+            if client_san.is_some() && client_ca.is_none() {
+                return Err(SettingsError::Missing {
+                    setting: "GRPC_CLIENT_TLS_SAN",
+                    needs: "GRPC_CLIENT_TLS_CACERT",
+                });
+            }
+            Some(TlsOptions {
+                cert,
+                key,
+                client_ca,
+                client_san,
+            })
+        } else {
+            // As the reference: without GRPC_SERVER_USE_TLS the other TLS
+            // settings are ignored.
+            None
+        };
+        let serve_defaults = ServeOptions::default();
+        let shutdown_grace = duration(
+            args.shutdown_grace,
+            get("SHUTDOWN_GRACE"),
+            "SHUTDOWN_GRACE",
+            serve_defaults.shutdown_grace,
+        )?;
+        let poll_interval = duration(
+            args.config_poll_interval,
+            get("CONFIG_POLL_INTERVAL"),
+            "CONFIG_POLL_INTERVAL",
+            crate::config::DEFAULT_POLL_INTERVAL,
+        )?;
+
+        let store_args = &args.store_args;
+        let failure_mode = choice(
+            store_args.on_store_error,
+            get("FAILURE_MODE"),
+            "FAILURE_MODE",
+            "error, allow or deny",
+            OnStoreError::Error,
+        )?;
+        let redis = if store == StoreType::Redis {
+            let main = redis_config(store_args, &get, "REDIS_")?;
+            let per_second = if flag(store_args.redis_persecond, "REDIS_PERSECOND")? {
+                Some(redis_config(store_args, &get, "REDIS_PERSECOND_")?)
+            } else {
+                None
+            };
+            Some(RedisSettings { main, per_second })
+        } else {
+            None
+        };
+
+        let metrics_addr = if flag(args.use_prometheus, "USE_PROMETHEUS")? {
+            let text = args
+                .prometheus_addr
+                .clone()
+                .or_else(|| get("PROMETHEUS_ADDR").map(str::to_owned))
+                .unwrap_or_else(|| ":9090".to_owned());
+            Some(parse_listen_addr(&text).ok_or(SettingsError::InvalidEnv {
+                var: "PROMETHEUS_ADDR",
+                value: text,
+                expected: "an address such as :9090 or 127.0.0.1:9090",
+            })?)
+        } else {
+            None
+        };
+        let near_limit_ratio = pick(
+            args.near_limit_ratio,
+            get("NEAR_LIMIT_RATIO"),
+            "NEAR_LIMIT_RATIO",
+            "a ratio between 0 and 1",
+            |t| t.parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r)),
+            0.8,
+        )?;
+
+        Ok(Self {
+            metrics_addr,
+            near_limit_ratio,
+            metrics_max_series: number(
+                args.metrics_max_series,
+                get("METRICS_MAX_SERIES"),
+                "METRICS_MAX_SERIES",
+                crate::metrics::DEFAULT_MAX_SERIES,
+            )?,
+            redis,
+            config_dir,
+            ignore_dotfiles: flag(args.ignore_dotfiles, "RUNTIME_IGNOREDOTFILES")?,
+            merge_domain_config: flag(args.merge_domain_config, "MERGE_DOMAIN_CONFIG")?,
+            grpc_addr,
+            http_addr,
+            store,
+            log_level: args
+                .log_level
+                .clone()
+                .or_else(|| get("LOG_LEVEL").map(str::to_ascii_lowercase))
+                .unwrap_or_else(|| "info".to_owned()),
+            log_format,
+            config_poll_interval: poll_interval,
+            limiter: LimiterOptions {
+                global_shadow_mode: flag(args.shadow_mode, "SHADOW_MODE")?,
+                global_quota_mode: flag(args.quota_mode, "QUOTA_MODE")?,
+                response_headers,
+                stop_when_over: flag(
+                    args.stop_cache_key_increment_when_overlimit,
+                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+                )?,
+                bounds,
+                failure_mode: match failure_mode {
+                    OnStoreError::Error => FailureMode::Error,
+                    OnStoreError::Allow => FailureMode::Allow,
+                    OnStoreError::Deny => FailureMode::Deny,
+                },
+                local_cache_bytes: number(
+                    store_args.local_cache_size_in_bytes,
+                    get("LOCAL_CACHE_SIZE_IN_BYTES"),
+                    "LOCAL_CACHE_SIZE_IN_BYTES",
+                    0,
+                )?,
+            },
+            memory_store_max_bytes: number(
+                store_args.memory_store_max_bytes,
+                get("MEMORY_STORE_MAX_BYTES"),
+                "MEMORY_STORE_MAX_BYTES",
+                crate::store::memory::DEFAULT_MAX_BYTES,
+            )?,
+            serve: ServeOptions {
+                shutdown_grace,
+                max_request_bytes,
+                healthy_only_with_rules: flag(
+                    args.healthy_with_at_least_one_config_loaded,
+                    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+                )?,
+                tls,
+                metrics_path: args
+                    .prometheus_path
+                    .clone()
+                    .or_else(|| get("PROMETHEUS_PATH").map(str::to_owned))
+                    .unwrap_or_else(|| "/metrics".to_owned()),
+                ..serve_defaults
+            },
+        })
+    }
+}
