@@ -13,6 +13,7 @@
 
 mod index;
 mod model;
+mod rule;
 mod validation;
 mod watch;
 

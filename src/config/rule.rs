@@ -1,0 +1,146 @@
+//! The rule types the limiter reads: a matched [`Rule`] with its
+//! [`Policy`] (its [`Limit`]s, or unlimited), each limit's [`Algorithm`],
+//! and the config path a rule was found at.
+
+use crate::descriptor::Unit;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+/// Counting algorithm of a limit (rule-file `algorithm`, default
+/// `fixed_window`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// Epoch-aligned fixed window (the reference behaviour).
+    #[default]
+    FixedWindow,
+    /// Sliding window summed from per-bucket counters.
+    SlidingWindow,
+    /// Exact sliding log of hit timestamps.
+    SlidingLog,
+    /// Generic cell rate algorithm (a token bucket with O(1) state).
+    Gcra,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order they are listed in error messages.
+    pub const ALL: [Self; 4] = [
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::SlidingLog,
+        Self::Gcra,
+    ];
+
+    /// Name as written in rule files.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingWindow => "sliding_window",
+            Self::SlidingLog => "sliding_log",
+            Self::Gcra => "gcra",
+        }
+    }
+
+    /// Parses a rule-file algorithm name (exact, lowercase).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|algo| algo.as_str() == name)
+    }
+}
+
+/// A concrete limit: `requests_per_unit` hits per window of
+/// `unit * unit_multiplier`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    /// Optional name: the target of `replaces`, reported in
+    /// `current_limit.name`.
+    pub name: Option<Arc<str>>,
+    /// Allowed hits per window; 0 blocks everything.
+    pub requests_per_unit: u32,
+    /// Base unit of the window.
+    pub unit: Unit,
+    /// Number of units in one window (extension; 1 in the reference).
+    pub unit_multiplier: NonZeroU32,
+    /// How hits are counted.
+    pub algorithm: Algorithm,
+    /// gcra: hits allowed at once (defaults to `requests_per_unit`).
+    pub burst: Option<u32>,
+    /// sliding_window: count denied hits too (default: only admitted hits
+    /// count, so the window truly slides).
+    pub count_rejected: bool,
+}
+
+impl Limit {
+    /// Window length in seconds (`unit` seconds times `unit_multiplier`,
+    /// saturating).
+    pub fn window_secs(&self) -> u64 {
+        self.unit
+            .seconds()
+            .saturating_mul(u64::from(self.unit_multiplier.get()))
+    }
+}
+
+/// What a matched rule says about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Policy {
+    /// Counted against one limit (`rate_limit`) or several (`rate_limits`,
+    /// all of one algorithm, all enforced); never empty.
+    Limited(Vec<Limit>),
+    /// `unlimited: true`: never limited, never counted.
+    Unlimited,
+}
+
+/// One level of the config path leading to a rule: the node matched there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathStep {
+    /// The node's `key`.
+    pub key: String,
+    /// The node's `value`: `None` for a key-only default node, a pattern
+    /// containing `*` for a wildcard node, otherwise an exact value.
+    pub value: Option<String>,
+    /// The node's `value_to_metric` flag.
+    pub value_to_metric: bool,
+    /// The node's `share_threshold` flag (only ever set on wildcard nodes).
+    pub share_threshold: bool,
+}
+
+impl PathStep {
+    /// Whether this node matches values by a `*` pattern.
+    pub fn is_wildcard(&self) -> bool {
+        self.value.as_deref().is_some_and(|v| v.contains('*'))
+    }
+
+    /// The node's map key in the reference: `key` or `key_value`.
+    pub fn segment(&self) -> String {
+        match &self.value {
+            Some(value) => format!("{}_{value}", self.key),
+            None => self.key.clone(),
+        }
+    }
+}
+
+/// A rule: a descriptor node that carries a `rate_limit`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// The reference's config-path key, `domain.key_value.key2`: the domain,
+    /// then each node's `key` or `key_value`, joined by `.`.
+    pub full_key: String,
+    /// The limit, or unlimited.
+    pub policy: Policy,
+    /// Names of limits this rule replaces within a request.
+    pub replaces: Vec<Arc<str>>,
+    /// `shadow_mode`: over-limit answers are rewritten to OK.
+    pub shadow_mode: bool,
+    /// `quota_mode`: soft limit, see the reference's quota mode.
+    pub quota_mode: bool,
+    /// `metadata`: the node's YAML map converted to JSON.
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Domain the rule belongs to.
+    pub domain: String,
+    /// `detailed_metric` on this node: the stats key uses every runtime value.
+    pub detailed_metric: bool,
+    /// `value_to_metric` on this node (the flags of the ancestors are in
+    /// [`Rule::path`]).
+    pub value_to_metric: bool,
+    /// The config nodes from the top level down to this rule's node; one per
+    /// entry of a matching request.
+    pub path: Vec<PathStep>,
+}
