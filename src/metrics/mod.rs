@@ -1,0 +1,276 @@
+//! Every metric floodgate exports, and the Prometheus text rendering of
+//! them. Names follow the reference service's stats, mapped the way its
+//! Prometheus mapper maps them (`ratelimit.service.rate_limit.<key>.<stat>`
+//! becomes `ratelimit_service_rate_limit_<stat>{domain, key}`), so dashboards
+//! carry over.
+//!
+//! Cardinality is bounded: per-rule series are keyed by the rule's stats key,
+//! which with `detailed_metric`, `value_to_metric` or request overrides holds
+//! runtime values; past `max_series` distinct keys new ones are not tracked
+//! and `ratelimit_metrics_series_dropped_total` counts the hits that were not
+//! recorded. Nothing here logs or allocates per request in the common case.
+
+mod histogram;
+mod render;
+#[cfg(test)]
+mod tests;
+
+pub use render::render_memory_store;
+
+use histogram::Histogram;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Default cap on distinct per-rule stats keys.
+pub const DEFAULT_MAX_SERIES: usize = 10_000;
+
+/// The per-rule counters of the reference (`ratelimit.service.rate_limit.*`).
+#[derive(Debug, Default)]
+pub struct RuleCounters {
+    /// Hits asked for.
+    pub total_hits: AtomicU64,
+    /// Hits over the limit.
+    pub over_limit: AtomicU64,
+    /// Hits past the near-limit threshold but within the limit.
+    pub near_limit: AtomicU64,
+    /// Hits within the limit.
+    pub within_limit: AtomicU64,
+    /// Over-limit hits answered from the local cache.
+    pub over_limit_with_local_cache: AtomicU64,
+    /// Over-limit hits let through by shadow mode.
+    pub shadow_mode: AtomicU64,
+}
+
+/// What one limited descriptor did, for [`Metrics::record_rule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleHit {
+    /// Hits of the descriptor.
+    pub hits: u64,
+    /// The limit.
+    pub limit: u64,
+    /// Count before and after this request (fixed-window semantics; the
+    /// other algorithms report their window sums).
+    pub before: u64,
+    /// See `before`.
+    pub after: u64,
+    /// Over the limit.
+    pub over_limit: bool,
+    /// Answered from the local over-limit cache.
+    pub local_cache: bool,
+    /// The rule is in shadow mode.
+    pub shadow_mode: bool,
+}
+
+/// Longest label value built from request data (stats keys of runtime
+/// values, unknown domains); longer ones are cut at a character boundary,
+/// so they may share a series.
+pub const MAX_LABEL_BYTES: usize = 256;
+
+/// Most unknown domains with a series of their own: callers choose them, so
+/// they get a small cap of their own; past it they count in
+/// `ratelimit_metrics_series_dropped_total`.
+pub const MAX_UNKNOWN_DOMAINS: usize = 100;
+
+/// `text` cut to at most [`MAX_LABEL_BYTES`], on a character boundary.
+fn bounded_label(text: &str) -> &str {
+    if text.len() <= MAX_LABEL_BYTES {
+        return text;
+    }
+    let mut end = MAX_LABEL_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
+/// All of floodgate's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    near_limit_ratio: f64,
+    max_series: usize,
+    rules: RwLock<HashMap<String, Arc<RuleCounters>>>,
+    domains_not_found: RwLock<HashMap<String, AtomicU64>>,
+    series_dropped: AtomicU64,
+    global_shadow_mode: AtomicU64,
+    total_requests: AtomicU64,
+    service_errors: AtomicU64,
+    store_errors: AtomicU64,
+    failure_mode_answers: AtomicU64,
+    in_flight: AtomicI64,
+    request_latency: Histogram,
+    store_latency: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new(0.8, DEFAULT_MAX_SERIES)
+    }
+}
+
+impl Metrics {
+    /// Metrics with `NEAR_LIMIT_RATIO` and a cap on per-rule series.
+    pub fn new(near_limit_ratio: f64, max_series: usize) -> Self {
+        Self {
+            near_limit_ratio,
+            max_series,
+            rules: RwLock::new(HashMap::new()),
+            domains_not_found: RwLock::new(HashMap::new()),
+            series_dropped: AtomicU64::new(0),
+            global_shadow_mode: AtomicU64::new(0),
+            total_requests: AtomicU64::new(0),
+            service_errors: AtomicU64::new(0),
+            store_errors: AtomicU64::new(0),
+            failure_mode_answers: AtomicU64::new(0),
+            in_flight: AtomicI64::new(0),
+            request_latency: Histogram::default(),
+            store_latency: Histogram::default(),
+        }
+    }
+
+    /// The counters of `stats_key`, created on first use while under the
+    /// series cap.
+    fn rule(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
+        let stats_key = bounded_label(stats_key);
+        if let Some(counters) = self.rules.read().get(stats_key) {
+            return Some(counters.clone());
+        }
+        let mut rules = self.rules.write();
+        if let Some(counters) = rules.get(stats_key) {
+            return Some(counters.clone());
+        }
+        if rules.len() >= self.max_series {
+            return None;
+        }
+        let counters = Arc::new(RuleCounters::default());
+        rules.insert(stats_key.to_owned(), counters.clone());
+        Some(counters)
+    }
+
+    /// Records one limited descriptor with the reference's hits-aware
+    /// accounting (near/over/within/shadow).
+    pub fn record_rule(&self, stats_key: &str, hit: RuleHit) {
+        let Some(c) = self.rule(stats_key) else {
+            self.series_dropped
+                .fetch_add(hit.hits.max(1), Ordering::Relaxed);
+            return;
+        };
+        let add = |counter: &AtomicU64, n: u64| {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(&c.total_hits, hit.hits);
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let threshold = (hit.limit as f64 * self.near_limit_ratio).floor() as u64;
+        if hit.local_cache {
+            add(&c.over_limit, hit.hits);
+            add(&c.over_limit_with_local_cache, hit.hits);
+        } else if hit.over_limit {
+            if hit.before >= hit.limit {
+                add(&c.over_limit, hit.hits);
+            } else {
+                add(&c.over_limit, hit.after.saturating_sub(hit.limit));
+                add(
+                    &c.near_limit,
+                    hit.limit.saturating_sub(threshold.max(hit.before)),
+                );
+            }
+        } else {
+            add(&c.within_limit, hit.hits);
+            if hit.after > threshold {
+                if hit.before >= threshold {
+                    add(&c.near_limit, hit.hits);
+                } else {
+                    add(&c.near_limit, hit.after - threshold);
+                }
+            }
+        }
+        if hit.shadow_mode && (hit.over_limit || hit.local_cache) {
+            let shadowed = if hit.local_cache || hit.before >= hit.limit {
+                hit.hits
+            } else {
+                hit.after.saturating_sub(hit.limit)
+            };
+            add(&c.shadow_mode, shadowed);
+        }
+    }
+
+    /// Counts a request for a domain no rule file defines.
+    pub fn record_domain_not_found(&self, domain: &str) {
+        let domain = bounded_label(domain);
+        if let Some(counter) = self.domains_not_found.read().get(domain) {
+            counter.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut domains = self.domains_not_found.write();
+        if domains.len() >= self.max_series.min(MAX_UNKNOWN_DOMAINS)
+            && !domains.contains_key(domain)
+        {
+            self.series_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        domains
+            .entry(domain.to_owned())
+            .or_default()
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request answered OK only because of global shadow mode.
+    pub fn record_global_shadow(&self) {
+        self.global_shadow_mode.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a store failure, and whether the failure mode answered anyway.
+    pub fn record_store_error(&self, answered: bool) {
+        self.store_errors.fetch_add(1, Ordering::Relaxed);
+        if answered {
+            self.failure_mode_answers.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the latency of one store round trip.
+    pub fn observe_store(&self, elapsed: Duration) {
+        self.store_latency.observe(elapsed);
+    }
+
+    /// Marks a request as started; the guard marks it finished when dropped.
+    pub fn start_request(self: &Arc<Self>) -> RequestGuard {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.total_requests.fetch_add(1, Ordering::Relaxed);
+        RequestGuard {
+            metrics: self.clone(),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Counts a request that failed (bad request or store failure).
+    pub fn record_service_error(&self) {
+        self.service_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters of one stats key, if tracked (for tests and tools).
+    pub fn rule_counters(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
+        self.rules.read().get(stats_key).cloned()
+    }
+}
+
+/// Marks the end of a request when dropped.
+#[derive(Debug)]
+pub struct RequestGuard {
+    metrics: Arc<Metrics>,
+    started: std::time::Instant,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.request_latency.observe(self.started.elapsed());
+    }
+}

@@ -1,0 +1,179 @@
+//! Rendering every metric in the Prometheus text format.
+
+use super::{Metrics, RuleCounters};
+use crate::config::ReloadStats;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+impl Metrics {
+    /// Everything, in the Prometheus text exposition format, with the rule
+    /// reload counts (`config_load_success` / `config_load_error`).
+    pub fn render(&self, reloads: Option<&ReloadStats>) -> String {
+        let mut out = String::with_capacity(4_096);
+        let rules = self.rules.read();
+        let mut keys: Vec<&String> = rules.keys().collect();
+        keys.sort();
+        type Stat = fn(&RuleCounters) -> &AtomicU64;
+        let stats: [(&str, Stat); 6] = [
+            ("total_hits", |c| &c.total_hits),
+            ("over_limit", |c| &c.over_limit),
+            ("near_limit", |c| &c.near_limit),
+            ("within_limit", |c| &c.within_limit),
+            ("over_limit_with_local_cache", |c| {
+                &c.over_limit_with_local_cache
+            }),
+            ("shadow_mode", |c| &c.shadow_mode),
+        ];
+        for (stat, get) in stats {
+            let name = format!("ratelimit_service_rate_limit_{stat}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} Hits per rule: {stat} (reference stat ratelimit.service.rate_limit.<key>.{stat}).\n# TYPE {name} counter"
+            );
+            for key in &keys {
+                let (domain, rest) = key.split_once('.').unwrap_or((key.as_str(), ""));
+                let _ = writeln!(
+                    out,
+                    "{name}{{domain=\"{}\",key=\"{}\"}} {}",
+                    escape(domain),
+                    escape(rest),
+                    get(&rules[*key]).load(Ordering::Relaxed)
+                );
+            }
+        }
+        drop(rules);
+        let name = "ratelimit_service_rate_limit_domain_not_found";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests for a domain no rule file defines.\n# TYPE {name} counter"
+        );
+        let domains = self.domains_not_found.read();
+        let mut names: Vec<&String> = domains.keys().collect();
+        names.sort();
+        for domain in names {
+            let _ = writeln!(
+                out,
+                "{name}{{domain=\"{}\"}} {}",
+                escape(domain),
+                domains[domain].load(Ordering::Relaxed)
+            );
+        }
+        drop(domains);
+        let (success, error) = reloads.map_or((0, 0), |r| (r.success(), r.error()));
+        let loads = [
+            (
+                "ratelimit_service_config_load_success",
+                "Rule reloads that took effect.",
+                success,
+            ),
+            (
+                "ratelimit_service_config_load_error",
+                "Rule reloads rejected; the last good rules stay in force.",
+                error,
+            ),
+        ];
+        for (name, help, value) in loads {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
+        let counters: [(&str, &str, &AtomicU64); 6] = [
+            (
+                "ratelimit_service_global_shadow_mode",
+                "Requests answered OK only because of SHADOW_MODE.",
+                &self.global_shadow_mode,
+            ),
+            (
+                "ratelimit_server_should_rate_limit_total_requests",
+                "ShouldRateLimit requests (gRPC and /json).",
+                &self.total_requests,
+            ),
+            (
+                "ratelimit_service_call_should_rate_limit_service_error",
+                "Requests that got an error instead of a decision.",
+                &self.service_errors,
+            ),
+            (
+                "ratelimit_service_call_should_rate_limit_redis_error",
+                "Store failures (Redis errors and timeouts).",
+                &self.store_errors,
+            ),
+            (
+                "ratelimit_service_store_failure_mode_answers",
+                "Requests answered by the failure mode while the store failed.",
+                &self.failure_mode_answers,
+            ),
+            (
+                "ratelimit_metrics_series_dropped_total",
+                "Hits not recorded because the per-rule series cap was reached.",
+                &self.series_dropped,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        let name = "ratelimit_server_should_rate_limit_in_flight";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests being answered now.\n# TYPE {name} gauge\n{name} {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        self.request_latency.render(
+            &mut out,
+            "ratelimit_server_should_rate_limit_response_time_seconds",
+            "Time to answer ShouldRateLimit.",
+        );
+        self.store_latency.render(
+            &mut out,
+            "ratelimit_store_round_trip_seconds",
+            "Time of one store round trip.",
+        );
+        out
+    }
+}
+
+/// Appends the embedded store's gauges and eviction counter.
+pub fn render_memory_store(out: &mut String, stats: &crate::store::memory::MemoryStats) {
+    let gauges = [
+        (
+            "ratelimit_memory_store_bytes",
+            "Bytes the embedded store's counters hold (keys included).",
+            stats.bytes as u64,
+        ),
+        (
+            "ratelimit_memory_store_max_bytes",
+            "Byte budget of the embedded store (MEMORY_STORE_MAX_BYTES).",
+            stats.max_bytes as u64,
+        ),
+        (
+            "ratelimit_memory_store_counters",
+            "Counters the embedded store holds.",
+            stats.counters as u64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+    let name = "ratelimit_memory_store_evictions_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Counters evicted (least recently used first) to stay within the budget.\n# TYPE {name} counter\n{name} {}",
+        stats.evictions
+    );
+}
+
+/// Escapes a Prometheus label value.
+pub(super) fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
