@@ -1,0 +1,268 @@
+//! The embedded store: counters in process memory, sharded so concurrent
+//! requests on different descriptors rarely meet on a lock.
+//!
+//! Each operation runs under its shard's lock, so check-and-count is atomic:
+//! N concurrent callers on a limit of L never see more than L admissions.
+//! Counters whose window has ended are reclaimed by [`MemoryStore::sweep`]
+//! (run periodically by the server) and reset in place when touched again,
+//! so memory tracks the descriptors active in the current windows only.
+//!
+//! Memory is bounded by a byte budget (`--memory-store-max-bytes`), split
+//! evenly across the shards and counting each counter's key, state and
+//! bookkeeping. A shard over its share evicts its least recently used
+//! counters: an evicted descriptor starts again from a fresh window the
+//! next time it is seen, so under memory pressure the coldest callers may
+//! be admitted more than their limit while hot ones keep exact counts.
+
+mod entry;
+#[cfg(test)]
+mod tests;
+
+use super::{Batch, CounterId, Op, Store, StoreError};
+use crate::algorithm::{Outcome, Spec};
+use crate::clock::UnixMillis;
+use entry::{CounterKind, Entry, EntryKey, State, charge};
+use lru::LruCache;
+use parking_lot::Mutex;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Number of lock shards; a power of two well above the core counts we run
+/// on keeps contention negligible without wasting memory on empty maps.
+const SHARDS: usize = 64;
+
+#[derive(Debug)]
+struct ShardMap {
+    map: LruCache<EntryKey, Entry, RandomState>,
+    bytes: usize,
+}
+
+type Shard = Mutex<ShardMap>;
+
+/// Default byte budget: half the 256 MiB the Kubernetes manifest gives the
+/// pod, leaving room for the rest of the process.
+pub const DEFAULT_MAX_BYTES: usize = 128 << 20;
+
+/// What the memory store holds, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes charged against the budget.
+    pub bytes: usize,
+    /// Counters held.
+    pub counters: usize,
+    /// Counters evicted to stay within the budget since start.
+    pub evictions: u64,
+    /// The budget.
+    pub max_bytes: usize,
+}
+
+/// In-process counter store; clones share the same counters.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    hasher: RandomState,
+    shards: Box<[Shard]>,
+    /// Budget of each shard.
+    shard_budget: usize,
+    max_bytes: usize,
+    bytes: AtomicUsize,
+    evictions: AtomicU64,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store with the default budget.
+    pub fn new() -> Self {
+        Self::with_max_bytes(DEFAULT_MAX_BYTES)
+    }
+
+    /// An empty store holding at most about `max_bytes` of counters.
+    pub fn with_max_bytes(max_bytes: usize) -> Self {
+        let hasher = RandomState::new();
+        let shards = (0..SHARDS)
+            .map(|_| {
+                Mutex::new(ShardMap {
+                    map: LruCache::unbounded_with_hasher(hasher.clone()),
+                    bytes: 0,
+                })
+            })
+            .collect();
+        Self {
+            inner: Arc::new(Inner {
+                hasher,
+                shards,
+                shard_budget: max_bytes / SHARDS,
+                max_bytes,
+                bytes: AtomicUsize::new(0),
+                evictions: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Bytes, counters and evictions, for `/metrics`.
+    pub fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            bytes: self.inner.bytes.load(Ordering::Relaxed),
+            counters: self.len(),
+            evictions: self.inner.evictions.load(Ordering::Relaxed),
+            max_bytes: self.inner.max_bytes,
+        }
+    }
+
+    /// Charges the counter just used its new size (`old` -> `new`), then evicts least recently used
+    /// counters (never the one just used) while the shard is over budget.
+    fn account(&self, shard: &mut ShardMap, old: usize, new: usize) {
+        shard.bytes = shard.bytes.saturating_sub(old).saturating_add(new);
+        if new >= old {
+            self.inner.bytes.fetch_add(new - old, Ordering::Relaxed);
+        } else {
+            self.inner.bytes.fetch_sub(old - new, Ordering::Relaxed);
+        }
+        while shard.bytes > self.inner.shard_budget && shard.map.len() > 1 {
+            let Some((_, evicted)) = shard.map.pop_lru() else {
+                break;
+            };
+            shard.bytes = shard.bytes.saturating_sub(evicted.bytes);
+            self.inner.bytes.fetch_sub(evicted.bytes, Ordering::Relaxed);
+            self.inner.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn shard(&self, key: &EntryKey) -> &Shard {
+        let hash = self.inner.hasher.hash_one(key);
+        // SHARDS is a power of two, so masking picks a uniform shard; the
+        // masked value is < SHARDS and always fits in usize.
+        let index = usize::try_from(hash & (SHARDS as u64 - 1)).unwrap_or(0);
+        &self.inner.shards[index]
+    }
+
+    /// Applies every operation of `batch` at `now`. Synchronous because no
+    /// lock is ever held across an await.
+    pub fn apply(&self, batch: Batch, now: UnixMillis) -> Vec<Outcome> {
+        if !batch.stop_when_over {
+            return batch
+                .ops
+                .into_iter()
+                .map(|op| self.apply_one(op.id, &op.spec, op.hits, now, false))
+                .collect();
+        }
+        let mut outcomes: Vec<Outcome> = batch
+            .ops
+            .iter()
+            .map(|op| self.apply_one(op.id.clone(), &op.spec, op.hits, now, true))
+            .collect();
+        if outcomes.iter().any(|o| o.over_limit) {
+            for (op, outcome) in batch.ops.into_iter().zip(&mut outcomes) {
+                if outcome.counted && op.hits > 0 {
+                    self.take_back(&op, now);
+                    *outcome = super::taken_back(&op, *outcome, now);
+                }
+            }
+        }
+        outcomes
+    }
+
+    fn apply_one(
+        &self,
+        id: CounterId,
+        spec: &Spec,
+        hits: u64,
+        now: UnixMillis,
+        refuse_over: bool,
+    ) -> Outcome {
+        let key = EntryKey {
+            id,
+            kind: CounterKind::of(spec, now),
+        };
+        let key_len = key.id.as_str().len();
+        let mut shard = self.shard(&key).lock();
+        let slot = shard.map.get_or_insert_mut(key, || Entry {
+            state: State::new(spec),
+            expires_at: now,
+            bytes: 0,
+        });
+        let outcome = slot.apply(spec, hits, now, refuse_over);
+        let new = charge(key_len, &slot.state);
+        let old = std::mem::replace(&mut slot.bytes, new);
+        self.account(&mut shard, old, new);
+        outcome
+    }
+
+    /// Undoes a counted operation of a batch that is being refused.
+    fn take_back(&self, op: &Op, now: UnixMillis) {
+        let key = EntryKey {
+            id: op.id.clone(),
+            kind: CounterKind::of(&op.spec, now),
+        };
+        let mut shard = self.shard(&key).lock();
+        let Some(slot) = shard.map.peek_mut(&key) else {
+            return;
+        };
+        match (&op.spec, &mut slot.state) {
+            (Spec::FixedWindow { window, .. }, State::Fixed(counter))
+                if counter.window_start_secs == window.window_start(now) =>
+            {
+                counter.count = counter.count.saturating_sub(op.hits);
+            }
+            (Spec::SlidingWindow(sw), State::Sliding(buckets)) => {
+                buckets.take_back(sw, now, op.hits)
+            }
+            (Spec::SlidingLog(_), State::Log(log)) => log.take_back(now, op.hits),
+            (Spec::Gcra(gcra), State::Gcra(Some(tat))) => {
+                *tat = tat.saturating_sub(op.hits.saturating_mul(gcra.interval_us()));
+            }
+            _ => {}
+        }
+    }
+
+    /// Removes every counter whose window ended at or before `now`; returns
+    /// how many were removed.
+    pub fn sweep(&self, now: UnixMillis) -> usize {
+        let mut removed = 0;
+        let mut ended: Vec<EntryKey> = Vec::new();
+        for shard in &self.inner.shards {
+            let mut shard = shard.lock();
+            ended.extend(
+                shard
+                    .map
+                    .iter()
+                    .filter(|(_, slot)| slot.expires_at <= now)
+                    .map(|(key, _)| key.clone()),
+            );
+            for key in ended.drain(..) {
+                if let Some(slot) = shard.map.pop(&key) {
+                    shard.bytes = shard.bytes.saturating_sub(slot.bytes);
+                    self.inner.bytes.fetch_sub(slot.bytes, Ordering::Relaxed);
+                    removed += 1;
+                }
+            }
+        }
+        removed
+    }
+
+    /// Number of live counters (for metrics and tests).
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Whether no counter is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Store for MemoryStore {
+    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
+        Ok(self.apply(batch, now))
+    }
+}
