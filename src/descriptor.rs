@@ -52,6 +52,34 @@ impl Unit {
         }
     }
 
+    /// The proto enum name (`SECOND` … `YEAR`), as proto3 JSON writes it.
+    pub const fn proto_name(self) -> &'static str {
+        match self {
+            Self::Second => "SECOND",
+            Self::Minute => "MINUTE",
+            Self::Hour => "HOUR",
+            Self::Day => "DAY",
+            Self::Week => "WEEK",
+            Self::Month => "MONTH",
+            Self::Year => "YEAR",
+        }
+    }
+
+    /// The unit of a proto `RateLimitUnit` number; `None` for UNKNOWN (0)
+    /// and numbers no unit has.
+    pub const fn from_proto_number(n: u64) -> Option<Self> {
+        match n {
+            1 => Some(Self::Second),
+            2 => Some(Self::Minute),
+            3 => Some(Self::Hour),
+            4 => Some(Self::Day),
+            5 => Some(Self::Month),
+            6 => Some(Self::Year),
+            7 => Some(Self::Week),
+            _ => None,
+        }
+    }
+
     /// Lowercase name as written in rule files (`second` … `year`).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -77,6 +105,17 @@ impl fmt::Display for Unit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// A descriptor's `RateLimitOverride` without a usable unit (UNKNOWN or
+/// missing): the same answer on gRPC and `/json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "descriptor {index} limit override has unit UNKNOWN; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
+)]
+pub struct UnknownOverrideUnit {
+    /// Position of the descriptor in the request.
+    pub index: usize,
 }
 
 /// One `key`/`value` pair of a request descriptor.

@@ -15,8 +15,9 @@ use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::metrics::Metrics;
 use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
-use floodgate::settings::{Env, ServeArgs, Settings, StoreType};
+use floodgate::settings::{Env, ServeArgs, Settings, BackendType};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
+use floodgate::telemetry::error_chain;
 use floodgate::{shutdown, telemetry};
 use std::error::Error;
 use std::path::PathBuf;
@@ -95,7 +96,7 @@ fn print_config_error(err: &ConfigError) {
             }
             eprintln!("error: {err}");
         }
-        other => eprintln!("error: {}", chain(other)),
+        other => eprintln!("error: {}", error_chain(other)),
     }
 }
 
@@ -103,7 +104,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     let settings = match Settings::resolve(args, env) {
         Ok(settings) => settings,
         Err(err) => {
-            eprintln!("error: {}", chain(&err));
+            eprintln!("error: {}", error_chain(&err));
             return ExitCode::FAILURE;
         }
     };
@@ -112,7 +113,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         env.get("RUST_LOG").map(String::as_str),
         settings.log_format,
     ) {
-        eprintln!("error: {}", chain(&err));
+        eprintln!("error: {}", error_chain(&err));
         return ExitCode::FAILURE;
     }
     // Rules are validated before any port is bound: a bad file never
@@ -141,10 +142,10 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         tracing::info!(rl.domain = %s.domain, descriptors = s.descriptors, rules = s.rules, "domain loaded");
     }
     let store = match settings.store {
-        StoreType::Memory => {
+        BackendType::Memory => {
             StoreKind::Memory(MemoryStore::with_max_bytes(settings.memory_store_max_bytes))
         }
-        StoreType::Redis => match &settings.redis {
+        BackendType::Redis => match &settings.redis {
             Some(redis) => {
                 tracing::info!(redis.url = %redis.main.redacted_url(), "using the redis store");
                 StoreKind::Redis {
@@ -164,7 +165,10 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("error: cannot start the async runtime: {}", chain(&err));
+            eprintln!(
+                "error: cannot start the async runtime: {}",
+                error_chain(&err)
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -198,20 +202,8 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!(error = &err as &dyn Error, "server failed");
-            eprintln!("error: {}", chain(&err));
+            eprintln!("error: {}", error_chain(&err));
             ExitCode::FAILURE
         }
     }
-}
-
-/// An error and its causes, joined with ": ".
-fn chain(err: &dyn Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -61,3 +61,16 @@ pub fn init(level: &str, rust_log: Option<&str>, format: LogFormat) -> Result<()
     };
     result.map_err(TelemetryError::AlreadySet)
 }
+
+/// An error and each of its causes, `: `-joined: the one line an operator
+/// reads (process exit messages, HTTP 400 bodies).
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

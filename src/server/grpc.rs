@@ -10,7 +10,7 @@ use super::proto::envoy::service::ratelimit::v3::rate_limit_response::{
 use super::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use super::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use super::proto::envoy::r#type::v3::RateLimitUnit;
-use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
+use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit, UnknownOverrideUnit};
 use crate::limiter::{Code, LimitError, Limiter, Response, Status};
 use crate::store::StoreKind;
 use std::sync::Arc;
@@ -118,10 +118,8 @@ fn store_deadline(timeout: Duration) -> Duration {
 /// Why a proto request cannot become a domain request.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConvertError {
-    #[error(
-        "descriptor {index} limit override has unit UNKNOWN; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
-    )]
-    OverrideUnit { index: usize },
+    #[error(transparent)]
+    OverrideUnit(#[from] UnknownOverrideUnit),
 }
 
 impl From<ConvertError> for tonic::Status {
@@ -152,7 +150,7 @@ fn descriptor_from_proto(index: usize, d: RateLimitDescriptor) -> Result<Descrip
             let unit = RateLimitUnit::try_from(o.unit)
                 .ok()
                 .and_then(unit_from_proto)
-                .ok_or(ConvertError::OverrideUnit { index })?;
+                .ok_or(UnknownOverrideUnit { index })?;
             Some(RateLimitOverride {
                 requests_per_unit: o.requests_per_unit,
                 unit,

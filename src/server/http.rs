@@ -18,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
-use json::{JsonError, JsonRequest, JsonResponse, unit_name};
+use json::{JsonError, JsonRequest, JsonResponse};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -76,8 +76,8 @@ pub(crate) fn metrics_router(
 /// `GET /metrics`: every metric in the Prometheus text format.
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut text = state.limiter.metrics().render(state.reloads.as_deref());
-    if let Some(memory) = state.limiter.store().as_memory() {
-        crate::metrics::render_memory_store(&mut text, &memory.stats());
+    if let Some(stats) = state.limiter.store().memory_stats() {
+        crate::metrics::render_memory_store(&mut text, &stats);
     }
     (
         [(
@@ -118,7 +118,7 @@ async fn json(State(state): State<AppState>, body: Body) -> HttpResponse {
         Ok(request) => request,
         Err(err) => {
             metrics.record_service_error();
-            return bad_request(&chain(&err));
+            return bad_request(&crate::telemetry::error_chain(&err));
         }
     };
     let decision = state.limiter.should_rate_limit(&request).await;
@@ -162,18 +162,6 @@ fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
     }
 }
 
-/// An error and its causes, joined with ": " (the client's reason text).
-fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 fn bad_request(reason: &str) -> HttpResponse {
     (StatusCode::BAD_REQUEST, format!("bad request: {reason}\n")).into_response()
 }
@@ -206,7 +194,7 @@ fn rlconfig_lines(text: &mut String, rule: &Rule) {
                     text,
                     "{}: unit={} requests_per_unit={}",
                     rule.full_key,
-                    unit_name(limit.unit),
+                    crate::descriptor::Unit::proto_name(limit.unit),
                     limit.requests_per_unit
                 );
                 if limit.unit_multiplier.get() != 1 {

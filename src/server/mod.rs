@@ -1,7 +1,9 @@
 //! Assembles the listeners: gRPC (RLS, health, reflection; plaintext or
 //! TLS) and HTTP, serves them until shutdown, then drains within a grace
-//! period. Owns the background tasks of a running server (memory sweeper,
-//! rule watcher, TLS certificate watcher), all on one `TaskTracker`.
+//! period. Owns the background tasks of a running server (the store's own
+//! maintenance, rule watcher, TLS certificate watcher), all on one
+//! `TaskTracker`. Knows no store variant: each store runs its own
+//! background work (`StoreKind::maintain`).
 //!
 //! Shutdown order: health turns NOT_SERVING, listeners stop accepting,
 //! in-flight requests drain within `shutdown_grace`, background tasks are
@@ -33,9 +35,6 @@ use tracing::{Instrument as _, info, info_span, warn};
 
 /// How often readiness of the store is checked until it is ready.
 const STORE_READY_POLL: Duration = Duration::from_millis(50);
-
-/// How often the embedded store drops counters of ended windows.
-const MEMORY_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Listeners bound before serving (so tests can bind port 0 and read the
 /// address without any sleep).
@@ -359,36 +358,12 @@ fn spawn_background(
                 .instrument(info_span!("config_watch")),
         );
     }
-    match limiter.store() {
-        StoreKind::Memory(store) => {
-            let store = store.clone();
-            let clock = limiter.clock().clone();
-            let shutdown = shutdown.clone();
-            tracker.spawn(
-                async move {
-                    let mut tick = tokio::time::interval(MEMORY_SWEEP_INTERVAL);
-                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    loop {
-                        tokio::select! {
-                            () = shutdown.cancelled() => break,
-                            _ = tick.tick() => {
-                                let removed = store.sweep(clock.now());
-                                tracing::trace!(removed, "memory store swept");
-                            }
-                        }
-                    }
-                }
-                .instrument(info_span!("memory_sweeper")),
-            );
-        }
-        StoreKind::Redis { .. } => {
-            let store = limiter.store().clone();
-            let shutdown = shutdown.clone();
-            tracker.spawn(
-                async move { store.maintain(shutdown).await }
-                    .instrument(info_span!("redis_connection")),
-            );
-        }
+    {
+        let (store, clock) = (limiter.store().clone(), limiter.clock().clone());
+        let shutdown = shutdown.clone();
+        tracker.spawn(
+            async move { store.maintain(clock, shutdown).await }.instrument(info_span!("store")),
+        );
     }
     if !limiter.store().is_ready() {
         // Health stays NOT_SERVING until the store is connected, so probes

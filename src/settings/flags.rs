@@ -5,7 +5,7 @@ use super::*;
 
 /// Which store counts hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StoreType {
+pub enum BackendType {
     /// Embedded in-process store (one instance, exact, lost on restart).
     Memory,
     /// Redis (shared by every instance).
@@ -43,7 +43,7 @@ pub struct ServeArgs {
     pub http_addr: Option<SocketAddr>,
     /// Counter store [env: BACKEND_TYPE] [default: memory, or redis when REDIS_URL is set]
     #[arg(long, value_enum)]
-    pub store: Option<StoreType>,
+    pub store: Option<BackendType>,
     /// Log filter, e.g. `info` or `floodgate=debug` [env: LOG_LEVEL; RUST_LOG wins] [default: info]
     #[arg(long, value_name = "FILTER")]
     pub log_level: Option<String>,

@@ -11,7 +11,7 @@ mod redis;
 #[cfg(test)]
 mod tests;
 
-pub use flags::{LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs, StoreType};
+pub use flags::{LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs, BackendType};
 pub use parse::parse_duration;
 use parse::{
     addr_from_env, boolean, choice, duration, number, parse_listen_addr, pick, runtime_dir,
@@ -52,7 +52,7 @@ pub struct Settings {
     /// HTTP listen address.
     pub http_addr: SocketAddr,
     /// Counter store.
-    pub store: StoreType,
+    pub store: BackendType,
     /// Log filter directive.
     pub log_level: String,
     /// Log format.
@@ -121,9 +121,9 @@ impl Settings {
             None => addr_from_env(&get, "HOST", "PORT", DEFAULT_HTTP_PORT)?,
         };
         let default_store = if get("REDIS_URL").is_some() {
-            StoreType::Redis
+            BackendType::Redis
         } else {
-            StoreType::Memory
+            BackendType::Memory
         };
         let store = choice(
             args.store,
@@ -265,7 +265,7 @@ impl Settings {
             "error, allow or deny",
             OnStoreError::Error,
         )?;
-        let redis = if store == StoreType::Redis {
+        let redis = if store == BackendType::Redis {
             let main = redis_config(store_args, &get, "REDIS_")?;
             let per_second = if flag(store_args.redis_persecond, "REDIS_PERSECOND")? {
                 Some(redis_config(store_args, &get, "REDIS_PERSECOND_")?)

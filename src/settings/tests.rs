@@ -28,7 +28,7 @@ fn defaults_serve_the_examples_on_loopback_with_memory() {
     assert_eq!(s.config_dir, PathBuf::from("examples/config"));
     assert_eq!(s.grpc_addr, "127.0.0.1:8081".parse().unwrap());
     assert_eq!(s.http_addr, "127.0.0.1:8080".parse().unwrap());
-    assert_eq!(s.store, StoreType::Memory);
+    assert_eq!(s.store, BackendType::Memory);
     assert_eq!(s.log_level, "info");
     assert_eq!(s.limiter, LimiterOptions::default());
     assert!(!s.serve.healthy_only_with_rules);
@@ -91,7 +91,7 @@ fn reference_environment_is_honoured() {
     assert_eq!(s.config_dir, PathBuf::from("/srv/rt/ratelimit/config"));
     assert_eq!(s.grpc_addr, "0.0.0.0:9081".parse().unwrap());
     assert_eq!(s.http_addr, "127.0.0.1:9080".parse().unwrap());
-    assert_eq!(s.store, StoreType::Redis);
+    assert_eq!(s.store, BackendType::Redis);
     assert_eq!(s.log_level, "debug");
     assert_eq!(s.log_format, LogFormat::Json);
     assert!(s.limiter.global_shadow_mode);
@@ -124,7 +124,7 @@ fn flags_win_over_environment() {
     .unwrap();
     assert_eq!(s.config_dir, PathBuf::from("rules"));
     assert_eq!(s.grpc_addr.port(), 1);
-    assert_eq!(s.store, StoreType::Memory);
+    assert_eq!(s.store, BackendType::Memory);
     assert!(!s.limiter.global_shadow_mode);
 }
 

@@ -204,6 +204,11 @@ impl StoreKind {
         }
     }
 
+    /// What the embedded store holds (for `/metrics`); `None` for Redis.
+    pub fn memory_stats(&self) -> Option<memory::MemoryStats> {
+        self.as_memory().map(MemoryStore::stats)
+    }
+
     /// Whether the store can take requests now (Redis: connected).
     pub fn is_ready(&self) -> bool {
         match self {
@@ -214,14 +219,25 @@ impl StoreKind {
         }
     }
 
-    /// Keeps connections up until `shutdown` (a no-op for memory).
-    pub async fn maintain(&self, shutdown: tokio_util::sync::CancellationToken) {
-        if let Self::Redis { main, per_second } = self {
-            match per_second {
-                None => main.maintain(shutdown).await,
-                Some(second) => {
-                    tokio::join!(main.maintain(shutdown.clone()), second.maintain(shutdown));
-                }
+    /// The store's own background work until `shutdown`: the embedded
+    /// store reclaims ended windows every few seconds (by `clock`); Redis
+    /// stores keep their connections up and follow Sentinel.
+    pub async fn maintain(
+        &self,
+        clock: std::sync::Arc<dyn crate::clock::Clock>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        match self {
+            Self::Memory(store) => store.sweep_until(clock, shutdown).await,
+            Self::Redis {
+                main,
+                per_second: None,
+            } => main.maintain(shutdown).await,
+            Self::Redis {
+                main,
+                per_second: Some(second),
+            } => {
+                tokio::join!(main.maintain(shutdown.clone()), second.maintain(shutdown));
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The binary as a user runs it: `check-config`, and `serve` from start to a
 //! graceful SIGTERM exit.
 
-use std::net::TcpListener;
+use crate::support::free_port;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -86,14 +86,6 @@ fn usage_errors_exit_2() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -5,9 +5,10 @@
 //! refused before anything is counted; and the process that once grew to
 //! gigabytes on one request stays small and stops on SIGTERM.
 
+use crate::support::free_port;
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::post_json;
-use crate::support::redis::{RedisServer, free_port};
+use crate::support::redis::RedisServer;
 use floodgate::clock::SystemClock;
 use floodgate::limiter::LimiterOptions;
 use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;

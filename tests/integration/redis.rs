@@ -336,11 +336,7 @@ async fn not_serving_until_redis_is_reachable() {
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let config = RedisConfig {
         connect_timeout: Duration::from_millis(200),
         ..redis_config(RedisMode::Single, format!("127.0.0.1:{port}"))
@@ -695,7 +691,7 @@ async fn a_callers_deadline_is_answered_by_the_failure_policy() {
 /// it (within its deadline) instead of failing at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_before_the_first_connection_wait_for_it() {
-    let port = crate::support::redis::free_port();
+    let port = crate::support::free_port();
     let config = RedisConfig {
         timeout: Duration::from_secs(20),
         ..redis_config(RedisMode::Single, format!("127.0.0.1:{port}"))

@@ -2,8 +2,9 @@
 //! `e2e/envoy.yaml` with free loopback ports, plus a minimal HTTP/1.1 client
 //! to talk to it. The process is killed and reaped on drop.
 
+use super::free_port;
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,14 +26,6 @@ fn envoy_bin() -> PathBuf {
                 .find(|candidate| candidate.is_file())
         })
         .unwrap_or_else(|| panic!("{INSTALL_HINT}"))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn template() -> String {

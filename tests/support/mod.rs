@@ -8,7 +8,18 @@ pub mod http;
 pub mod redis;
 pub mod tls;
 
+use std::net::TcpListener;
 use std::sync::Once;
+
+/// A port free on 127.0.0.1 now (the OS picks it; a test binds it soon
+/// after, and launchers retry on the rare collision).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 /// Installs a test-writer tracing subscriber once per test binary.
 pub fn init_tracing() {

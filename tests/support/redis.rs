@@ -2,7 +2,7 @@
 //! per test, or a 3-master cluster built with `redis-cli --cluster create`.
 //! Every process is killed and reaped on drop.
 
-use std::net::TcpListener;
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,14 +29,6 @@ fn which(name: &str) -> Option<PathBuf> {
             .map(|dir| dir.join(name))
             .find(|candidate| candidate.is_file())
     })
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One redis-server process.

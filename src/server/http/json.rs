@@ -3,7 +3,7 @@
 //! numbers, enum names or numbers, nulls as absent), converted straight to
 //! and from the domain types.
 
-use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
+use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit, UnknownOverrideUnit};
 use crate::limiter::{Code, Response, Status};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::time::Duration;
@@ -15,13 +15,8 @@ pub(super) enum JsonError {
     #[error("invalid RateLimitRequest JSON")]
     Parse(#[source] serde_json::Error),
     /// An override's unit is missing or UNKNOWN.
-    #[error(
-        "descriptor {index} limit override has unit UNKNOWN; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
-    )]
-    OverrideUnit {
-        /// Position of the descriptor in the request.
-        index: usize,
-    },
+    #[error(transparent)]
+    OverrideUnit(#[from] UnknownOverrideUnit),
 }
 
 /// `RateLimitRequest` in proto3 JSON: lowerCamelCase or original field names.
@@ -94,7 +89,7 @@ impl JsonRequest {
                     None => None,
                     Some(o) => Some(RateLimitOverride {
                         requests_per_unit: o.requests_per_unit,
-                        unit: o.unit.ok_or(JsonError::OverrideUnit { index })?,
+                        unit: o.unit.ok_or(UnknownOverrideUnit { index })?,
                     }),
                 };
                 Ok(Descriptor {
@@ -170,39 +165,20 @@ pub(super) fn unit<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<
     }
     let unit = match Option::<Raw>::deserialize(deserializer)? {
         None => None,
-        Some(Raw::Number(n)) => match n {
-            0 => None,
-            1 => Some(Unit::Second),
-            2 => Some(Unit::Minute),
-            3 => Some(Unit::Hour),
-            4 => Some(Unit::Day),
-            5 => Some(Unit::Month),
-            6 => Some(Unit::Year),
-            7 => Some(Unit::Week),
-            _ => return Err(serde::de::Error::custom(format!("unknown unit number {n}"))),
-        },
+        Some(Raw::Number(0)) => None,
+        Some(Raw::Number(n)) => Some(
+            Unit::from_proto_number(n)
+                .ok_or_else(|| serde::de::Error::custom(format!("unknown unit number {n}")))?,
+        ),
         Some(Raw::Name(name)) if name == "UNKNOWN" => None,
         Some(Raw::Name(name)) => Some(
             Unit::ALL
                 .into_iter()
-                .find(|u| unit_name(*u) == name)
+                .find(|u| u.proto_name() == name)
                 .ok_or_else(|| serde::de::Error::custom(format!("unknown unit '{name}'")))?,
         ),
     };
     Ok(unit)
-}
-
-/// The proto enum name of a unit.
-pub(super) const fn unit_name(unit: Unit) -> &'static str {
-    match unit {
-        Unit::Second => "SECOND",
-        Unit::Minute => "MINUTE",
-        Unit::Hour => "HOUR",
-        Unit::Day => "DAY",
-        Unit::Week => "WEEK",
-        Unit::Month => "MONTH",
-        Unit::Year => "YEAR",
-    }
 }
 
 pub(super) const fn code_name(code: Code) -> &'static str {
@@ -279,7 +255,7 @@ impl From<Status> for JsonStatus {
             current_limit: status.current_limit.map(|l| JsonLimit {
                 name: l.name.as_deref().unwrap_or_default().to_owned(),
                 requests_per_unit: l.requests_per_unit,
-                unit: unit_name(l.unit),
+                unit: Unit::proto_name(l.unit),
             }),
             limit_remaining: status.limit_remaining,
             duration_until_reset: status.duration_until_reset.map(duration_text),

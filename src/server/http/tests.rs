@@ -59,15 +59,15 @@ fn absent_and_null_fields_are_defaults() {
 
 #[test]
 fn malformed_requests_are_rejected_with_a_reason() {
-    let err = chain(&parse("{").unwrap_err());
+    let err = crate::telemetry::error_chain(&parse("{").unwrap_err());
     assert!(err.starts_with("invalid RateLimitRequest JSON: "), "{err}");
-    let err = chain(&parse(r#"{"domian":"d"}"#).unwrap_err());
+    let err = crate::telemetry::error_chain(&parse(r#"{"domian":"d"}"#).unwrap_err());
     assert!(err.contains("unknown field `domian`"), "{err}");
-    let err = chain(&parse(r#"{"hitsAddend":"x"}"#).unwrap_err());
+    let err = crate::telemetry::error_chain(&parse(r#"{"hitsAddend":"x"}"#).unwrap_err());
     assert!(err.contains("'x' is not an unsigned integer"), "{err}");
-    let err = chain(&parse(r#"{"hitsAddend":4294967296}"#).unwrap_err());
+    let err = crate::telemetry::error_chain(&parse(r#"{"hitsAddend":4294967296}"#).unwrap_err());
     assert!(err.contains("does not fit in uint32"), "{err}");
-    let err = chain(
+    let err = crate::telemetry::error_chain(
         &parse(r#"{"descriptors":[{"limit":{"requestsPerUnit":1,"unit":"MINUTES"}}]}"#)
             .unwrap_err(),
     );

@@ -40,6 +40,9 @@ struct ShardMap {
 
 type Shard = Mutex<ShardMap>;
 
+/// How often ended windows are reclaimed.
+pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Default byte budget: half the 256 MiB the Kubernetes manifest gives the
 /// pod, leaving room for the rest of the process.
 pub const DEFAULT_MAX_BYTES: usize = 128 << 20;
@@ -248,6 +251,25 @@ impl MemoryStore {
             }
         }
         removed
+    }
+
+    /// Sweeps every [`SWEEP_INTERVAL`] until `shutdown`.
+    pub async fn sweep_until(
+        &self,
+        clock: Arc<dyn crate::clock::Clock>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => {
+                    let removed = self.sweep(clock.now());
+                    tracing::trace!(removed, "memory store swept");
+                }
+            }
+        }
     }
 
     /// Number of live counters (for metrics and tests).

@@ -2,11 +2,11 @@
 //! straight into the command), and a request's operations one batch-script
 //! call; how a refused operation is undone.
 
+use super::keys::Keys;
 use super::{RedisStore, scripts};
 use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
 use crate::store::Op;
-use std::fmt::Write as _;
 
 impl RedisStore {
     /// The EVALSHA command for one operation, and (when the batch may have
@@ -30,12 +30,14 @@ impl RedisStore {
                 op.hits,
             ),
             Spec::SlidingWindow(sw) => {
-                let mut key = keys.sliding_base(&op.id);
-                base_len = key.len();
-                if let Some(first) = sw.series().as_slice().first() {
-                    // Infallible: writing to a String cannot fail.
-                    let _ = write!(key, "{}:{}", first.bucket_secs, first.current_start(now));
-                }
+                let base = keys.sliding_base(&op.id);
+                base_len = base.len();
+                let key = match sw.series().as_slice().first() {
+                    Some(first) => {
+                        Keys::sliding_bucket(&base, first.bucket_secs, first.current_start(now))
+                    }
+                    None => base,
+                };
                 (&*scripts::SLIDING_WINDOW, key, op.hits)
             }
             Spec::SlidingLog(_) => (&*scripts::SLIDING_LOG, keys.sliding_log(&op.id), 0),
@@ -112,7 +114,7 @@ impl RedisStore {
                                 .as_slice()
                                 .iter()
                                 .map(|s| {
-                                    format!("{base}{}:{}", s.bucket_secs, s.current_start(now))
+                                    Keys::sliding_bucket(base, s.bucket_secs, s.current_start(now))
                                 })
                                 .collect()
                         }

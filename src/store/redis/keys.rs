@@ -58,6 +58,17 @@ impl Keys {
         key
     }
 
+    /// The bucket of `bucket_secs` starting at `start_secs`, given the
+    /// sliding base of its descriptor (the Lua script builds the others the
+    /// same way, from the base it is given).
+    pub(crate) fn sliding_bucket(base: &str, bucket_secs: u64, start_secs: u64) -> String {
+        let mut key = String::with_capacity(base.len() + 24);
+        key.push_str(base);
+        // Infallible: writing to a String cannot fail.
+        let _ = write!(key, "{bucket_secs}:{start_secs}");
+        key
+    }
+
     /// The sorted set of a sliding log.
     pub(crate) fn sliding_log(&self, id: &CounterId) -> String {
         let mut key = self.tagged(id);
