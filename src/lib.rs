@@ -3,7 +3,7 @@
 //! Module map, and the only direction imports may flow:
 //!
 //! ```text
-//! main -> server -> limiter -> { config::Index, store } -> algorithm -> clock
+//! main -> server -> limiter -> { config::Index, store, metrics } -> algorithm -> clock
 //! ```
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
@@ -21,7 +21,9 @@
 //! - [`clock`]: the one reader of the system clock; a manual clock for tests.
 //!
 //! Proto types never leave `server`; stores know nothing of descriptors;
-//! algorithms know nothing of I/O.
+//! algorithms know nothing of I/O. `ARCHITECTURE.md` at the repository root
+//! has the request's path, the code map file by file, the invariants and
+//! where to start for common changes.
 
 pub mod algorithm;
 pub mod clock;
