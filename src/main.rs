@@ -15,7 +15,7 @@ use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::metrics::Metrics;
 use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
-use floodgate::settings::{Env, ServeArgs, Settings, BackendType};
+use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
 use floodgate::telemetry::error_chain;
 use floodgate::{shutdown, telemetry};

@@ -11,7 +11,7 @@ mod redis;
 #[cfg(test)]
 mod tests;
 
-pub use flags::{LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs, BackendType};
+pub use flags::{BackendType, LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs};
 pub use parse::parse_duration;
 use parse::{
     addr_from_env, boolean, choice, duration, number, parse_listen_addr, pick, runtime_dir,
