@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The speed method of issue #10, in one command (not part of CI):
+#
+#   servers (the no-op ceiling, floodgate on the embedded store, floodgate on
+#   Redis) and redis-server pinned to CPU 1, the h2load load pinned to CPU 0;
+#   PROCS h2load processes x CONNS connections x STREAMS streams each, each
+#   process its own descriptor value on a rule that is never reached; a
+#   WARMUP-second warm-up, then DURATION seconds measured; ROUNDS rounds
+#   interleaving the three servers; medians per server of req/s, p99 and
+#   server CPU per request (utime + stime from /proc, floodgate alone and,
+#   for Redis, floodgate plus redis-server), and the ratio to the ceiling.
+#
+# Settings (environment): ROUNDS (5), DURATION (8), WARMUP (2), PROCS (4),
+# CONNS (16), STREAMS (8), OUT (a new temporary directory). Needs taskset,
+# h2load, redis-server, curl, python3 and 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-8}
+WARMUP=${WARMUP:-2}
+PROCS=${PROCS:-4}
+CONNS=${CONNS:-16}
+STREAMS=${STREAMS:-8}
+OUT=${OUT:-$(mktemp -d -t floodgate-compare.XXXXXX)}
+METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+BIN=target/release
+SERVER_CPU=1
+LOAD_CPU=0
+
+for tool in taskset h2load redis-server redis-cli curl python3; do
+    command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
+done
+
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_for() { # wait_for COMMAND…: retry for up to 10 s
+    for _ in $(seq 200); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.05
+    done
+    echo "timed out: $*" >&2
+    exit 1
+}
+
+grpc_ok() { # grpc_ok PORT: one call must end with grpc-status 0
+    curl -sf --http2-prior-knowledge -H 'content-type: application/grpc' -H 'te: trailers' \
+        --data-binary @"$OUT/body-0.bin" -o /dev/null -D "$OUT/headers" \
+        "http://127.0.0.1:$1$METHOD" && grep -qi '^grpc-status: 0' "$OUT/headers"
+}
+
+cpu_ticks() { # cpu_ticks PID…: utime + stime of every PID, in clock ticks
+    local total=0
+    for pid in "$@"; do
+        total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+    done
+    echo "$total"
+}
+
+# h2 PORT LABEL SECONDS: the load, pinned to LOAD_CPU; prints req/s and p99 ms.
+h2() {
+    local port=$1 label=$2 seconds=$3 pids=()
+    for i in $(seq 0 $((PROCS - 1))); do
+        taskset -c "$LOAD_CPU" h2load -D "$seconds" -c "$CONNS" -m "$STREAMS" -t 1 \
+            -H 'content-type: application/grpc' -H 'te: trailers' \
+            -d "$OUT/body-$i.bin" --log-file "$OUT/$label-$i.log" \
+            "http://127.0.0.1:$port$METHOD" >"$OUT/$label-$i.txt" 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    local rate p99 done_
+    rate=$(awk '/^finished in/ { sub(",", "", $4); sum += $4 } END { printf "%.0f", sum }' "$OUT/$label"-*.txt)
+    done_=$(awk '/^requests:/ { sum += $8 } END { print sum }' "$OUT/$label"-*.txt)
+    p99=$(cat "$OUT/$label"-*.log | cut -f3 | sort -n | awk '{ v[NR] = $1 } END { k = int(NR * 0.99); if (k < 1) k = 1; printf "%.2f", v[k] / 1000 }')
+    echo "$rate $p99 $done_"
+}
+
+echo "==> building release binaries"
+cargo build --release --locked --bin floodgate --example grpc_body --example ceiling
+for i in $(seq 0 $((PROCS - 1))); do
+    "$BIN/examples/grpc_body" encode bench "client=c$i" "user=u$i" >"$OUT/body-$i.bin"
+done
+
+start() { # start COMMAND…: pinned to SERVER_CPU; sets PID
+    taskset -c "$SERVER_CPU" "$@" >"$OUT/server-${#PIDS[@]}.log" 2>&1 &
+    PID=$!
+    PIDS+=("$PID")
+}
+
+declare -A PORT PIDOF
+PORT[ceiling]=$(free_port)
+start "$BIN/examples/ceiling" "127.0.0.1:${PORT[ceiling]}"
+PIDOF[ceiling]=$PID
+
+rport=$(free_port)
+mkdir -p "$OUT/redis"
+taskset -c "$SERVER_CPU" redis-server --port "$rport" --bind 127.0.0.1 --save "" \
+    --appendonly no --dir "$OUT/redis" --logfile "$OUT/redis/redis.log" &
+RPID=$!
+PIDS+=("$RPID")
+wait_for redis-cli -p "$rport" PING
+
+for store in memory redis; do
+    PORT[$store]=$(free_port)
+    http=$(free_port)
+    start "$BIN/floodgate" serve --config-dir bench/config --store "$store" \
+        --redis-url "127.0.0.1:$rport" --grpc-addr "127.0.0.1:${PORT[$store]}" \
+        --http-addr "127.0.0.1:$http" --log-level warn
+    PIDOF[$store]=$PID
+    wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
+done
+for s in ceiling memory redis; do wait_for grpc_ok "${PORT[$s]}"; done
+
+TICK=$(getconf CLK_TCK)
+echo "==> $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
+printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\n' | tee "$OUT/rounds.tsv"
+for round in $(seq "$ROUNDS"); do
+    for s in ceiling memory redis; do
+        h2 "${PORT[$s]}" "warm-$s" "$WARMUP" >/dev/null
+        c0=$(cpu_ticks "${PIDOF[$s]}") r0=$(cpu_ticks "$RPID")
+        read -r rate p99 done_ < <(h2 "${PORT[$s]}" "$s-$round" "$DURATION")
+        c1=$(cpu_ticks "${PIDOF[$s]}") r1=$(cpu_ticks "$RPID")
+        per=$(awk -v c=$((c1 - c0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
+        with=$(awk -v c=$((c1 - c0 + r1 - r0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
+        [[ $s == redis ]] || with=-
+        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$rate" "$p99" "$per" "$with" | tee -a "$OUT/rounds.tsv"
+    done
+done
+
+echo "==> medians"
+python3 - "$OUT/rounds.tsv" <<'EOF'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
+med = {}
+for s in ("ceiling", "memory", "redis"):
+    r = [x for x in rows if x[1] == s]
+    med[s] = [statistics.median(float(x[i]) for x in r) for i in (2, 3, 4)]
+    if s == "redis":
+        med[s].append(statistics.median(float(x[5]) for x in r))
+print("server\treq/s\tratio\tp99_ms\tcpu_us_per_req")
+for s in ("ceiling", "memory", "redis"):
+    rate, p99, cpu = med[s][:3]
+    extra = f" ({med[s][3]:.1f} with redis-server)" if s == "redis" else ""
+    print(f"{s}\t{rate:.0f}\t{rate / med['ceiling'][0]:.2f}\t{p99:.2f}\t{cpu:.1f}{extra}")
+EOF
