@@ -1,10 +1,10 @@
 //! The binary as a user runs it: `check-config`, and `serve` from start to a
 //! graceful SIGTERM exit.
 
-use crate::support::free_port;
+use crate::support::{free_port, poll_until};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn floodgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_floodgate"))
@@ -104,21 +104,16 @@ fn serve_answers_health_then_exits_cleanly_on_sigterm() {
         .spawn()
         .unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let healthy = loop {
-        if let Ok(body) = http_get(http_port, "/healthcheck") {
-            break body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "floodgate did not become healthy"
-        );
+    let mut healthy = String::new();
+    let answered = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
         assert!(
             child.try_wait().unwrap().is_none(),
             "floodgate exited early"
         );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+        healthy = http_get(http_port, "/healthcheck").ok()?;
+        Some(true)
+    });
+    assert!(answered, "floodgate did not become healthy");
     assert!(healthy.starts_with("HTTP/1.1 200"), "{healthy}");
     // The initial load counts as a successful load, as in the reference;
     // the embedded store reports its budget.
@@ -137,16 +132,14 @@ fn serve_answers_health_then_exits_cleanly_on_sigterm() {
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let exit = loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            break exit;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("floodgate did not exit after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let mut exit = None;
+    poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        exit = child.try_wait().unwrap();
+        exit.map(|_| true)
+    });
+    let Some(exit) = exit else {
+        child.kill().unwrap();
+        panic!("floodgate did not exit after SIGTERM");
     };
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

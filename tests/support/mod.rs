@@ -8,8 +8,10 @@ pub mod http;
 pub mod redis;
 pub mod tls;
 
+use std::future::Future;
 use std::net::TcpListener;
 use std::sync::Once;
+use std::time::{Duration, Instant};
 
 /// A port free on 127.0.0.1 now (the OS picks it; a test binds it soon
 /// after, and launchers retry on the rare collision).
@@ -33,4 +35,42 @@ pub fn init_tracing() {
             .with_test_writer()
             .try_init();
     });
+}
+
+/// The one wait loop of the harness: asks `check` every `every` until it
+/// answers `Some(done)` (returned) or `within` passes (`false`). Bounded in
+/// time, and in count by `within / every`.
+pub fn poll_until(
+    within: Duration,
+    every: Duration,
+    mut check: impl FnMut() -> Option<bool>,
+) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(done) = check() {
+            return done;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// [`poll_until`] for async checks, sleeping on the runtime.
+pub async fn poll_until_async<F, Fut>(within: Duration, every: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<bool>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(done) = check().await {
+            return done;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
+    }
 }

@@ -2,10 +2,10 @@
 //! per test, or a 3-master cluster built with `redis-cli --cluster create`.
 //! Every process is killed and reaped on drop.
 
-use super::free_port;
+use super::{free_port, poll_until};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const INSTALL_HINT: &str = "redis-server not found: install it (Debian: apt-get install redis-server redis-tools) or set REDIS_SERVER_BIN";
 
@@ -147,17 +147,14 @@ impl RedisServer {
     }
 
     fn wait_ready(&mut self, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
+        poll_until(within, Duration::from_millis(20), || {
             if self.child.try_wait().ok().flatten().is_some() {
-                return false;
+                return Some(false);
             }
-            if self.cli(&["PING"]).is_some_and(|out| out.trim() == "PONG") {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+            self.cli(&["PING"])
+                .is_some_and(|out| out.trim() == "PONG")
+                .then_some(true)
+        })
     }
 
     /// `host:port`.
@@ -316,14 +313,10 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         let cluster = Self { nodes };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster.is_ok() {
-            assert!(
-                Instant::now() < deadline,
-                "cluster did not reach cluster_state:ok"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let ok = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
+            cluster.is_ok().then_some(true)
+        });
+        assert!(ok, "cluster did not reach cluster_state:ok");
         cluster
     }
 
