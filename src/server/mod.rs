@@ -80,7 +80,9 @@ impl Listeners {
 pub struct ServeOptions {
     /// Longest time in-flight requests may take to drain on shutdown.
     pub shutdown_grace: Duration,
-    /// Most concurrent requests per gRPC connection before load shedding.
+    /// Most concurrent requests per gRPC connection, advertised as HTTP/2's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` (streams past it are refused by
+    /// HTTP/2 itself).
     pub max_concurrent_per_connection: usize,
     /// Largest request message accepted, gRPC message or `/json` body
     /// (`MAX_REQUEST_BYTES`); larger ones are refused before decoding.
@@ -249,9 +251,13 @@ pub async fn serve(
         }
     });
 
+    // The per-connection bound is HTTP/2's own SETTINGS_MAX_CONCURRENT_STREAMS:
+    // callers (Envoy included) queue streams beyond it themselves, and the
+    // server pays nothing per request for it (a tower concurrency limit
+    // would take and release a semaphore permit on every call).
+    let max_streams = u32::try_from(options.max_concurrent_per_connection).unwrap_or(u32::MAX);
     let router = tonic::transport::Server::builder()
-        .concurrency_limit_per_connection(options.max_concurrent_per_connection)
-        .load_shed(true)
+        .max_concurrent_streams(Some(max_streams))
         .layer(tower::util::MapResponseLayer::new(
             grpc::undecodable_is_invalid_argument,
         ))

@@ -4,14 +4,13 @@
 //! error, never a fresh window).
 
 use super::command::Undo;
-use super::connection::{Connection, load_scripts};
+use super::connection::{Connection, load_scripts, no_connection};
 use super::scripts;
 use crate::algorithm::fixed_window::Tally;
 use crate::algorithm::sliding_log::WindowProbe;
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::store::Op;
-use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 
 /// Undoes the counted operations of a batch refused as a whole.
@@ -70,7 +69,7 @@ pub(super) async fn execute(
 ) -> RedisResult<Vec<Vec<i64>>> {
     let values = match connection {
         Connection::Pool(pool) => {
-            let mut conn = pool.pick();
+            let mut conn = pool.pick().ok_or_else(no_connection)?;
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             for cmd in cmds {
@@ -96,6 +95,7 @@ pub(super) async fn execute(
         }
         Connection::Cluster(cluster) => {
             let cmds = &cmds;
+            let cluster = &cluster.conn;
             let run = |i: usize| {
                 let mut conn = cluster.clone();
                 async move { cmds[i].query_async::<redis::Value>(&mut conn).await }
@@ -131,8 +131,8 @@ pub(super) async fn execute(
 
 /// Runs one batch-script call, loading the scripts once on NOSCRIPT (a
 /// NOSCRIPT call ran nothing, so running it again counts nothing twice).
-pub(super) async fn execute_batch(
-    conn: &mut ConnectionManager,
+pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
     cmd: &redis::Cmd,
 ) -> RedisResult<Vec<Vec<i64>>> {
     let value = match cmd.query_async::<redis::Value>(conn).await {

@@ -1,6 +1,6 @@
--- Every operation of one request in one script call (standalone and
--- Sentinel, where one script may touch any keys; a Cluster runs one script
--- per descriptor instead, each in its own slot).
+-- Every operation of the requests that share one connection write in one
+-- script call (standalone and Sentinel, where one script may touch any keys;
+-- on a Cluster, the operations of one hash tag, so one slot).
 --
 -- The body of each algorithm's script is inserted below as a local function
 -- taking (KEYS, ARGV), so its contract is exactly its own script's.
