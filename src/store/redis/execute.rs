@@ -142,10 +142,31 @@ pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
         }
         other => other?,
     };
-    match value {
-        redis::Value::Array(replies) => replies.iter().map(integers).collect(),
-        other => Err(bad_reply(format!("batch reply {other:?}"))),
+    let redis::Value::Array(flat) = value else {
+        return Err(bad_reply(format!("batch reply {value:?}")));
+    };
+    split_flat(&flat)
+}
+
+/// The batch script's flat reply (`n, n integers, n, …`) as one list of
+/// integers per operation; any other shape is an unexpected reply.
+pub(super) fn split_flat(flat: &[redis::Value]) -> RedisResult<Vec<Vec<i64>>> {
+    let int = |value: &redis::Value| match value {
+        redis::Value::Int(n) => Ok(*n),
+        other => Err(bad_reply(format!("batch reply item {other:?}"))),
+    };
+    let mut replies = Vec::new();
+    let mut rest = flat;
+    while let Some((head, tail)) = rest.split_first() {
+        let n = usize::try_from(int(head)?)
+            .map_err(|_| bad_reply("negative batch reply length".to_owned()))?;
+        let items = tail
+            .get(..n)
+            .ok_or_else(|| bad_reply(format!("batch reply cut short: {n} items announced")))?;
+        replies.push(items.iter().map(int).collect::<RedisResult<Vec<i64>>>()?);
+        rest = tail.get(n..).unwrap_or_default();
     }
+    Ok(replies)
 }
 
 /// Positions of the replies that are NOSCRIPT errors.

@@ -10,4 +10,5 @@
 --          2 sliding_window, 3 sliding_log, 4 gcra), argument count n, then
 --          its n arguments
 --
--- Reply: one reply per operation, each what its algorithm's script returns.
+-- Reply: one flat array: for each operation, the length of what its
+-- algorithm's script returns, then those integers.
