@@ -225,6 +225,129 @@ fn header_pairs(text: &str) -> Option<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn resolve(args: &[&str], vars: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("floodgate").chain(args.iter().copied())).unwrap();
+        let env = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Settings::resolve(&cli.serve, &env)
+    }
+
+    #[test]
+    fn rule_files_unless_config_type_says_xds() {
+        let s = resolve(&[], &[]).unwrap();
+        assert_eq!(s.xds, None);
+        assert!(!s.force_start_without_initial_config);
+        let s = resolve(&[], &[("CONFIG_TYPE", "FILE")]).unwrap();
+        assert_eq!(s.xds, None);
+        let s = resolve(&[], &[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).unwrap();
+        assert_eq!(s.xds, Some(XdsOptions::default()));
+        let s = resolve(
+            &["--config-type", "grpc-xds-sotw"],
+            &[("CONFIG_TYPE", "FILE")],
+        )
+        .unwrap();
+        assert!(s.xds.is_some());
+        let err = resolve(&[], &[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "environment variable CONFIG_TYPE='GRPC_XDS_DELTA' is not FILE or GRPC_XDS_SOTW"
+        );
+    }
+
+    #[test]
+    fn envoy_gateway_environment_reads_with_the_reference_meaning() {
+        let s = resolve(
+            &[],
+            &[
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+                ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+                ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+                ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a"),
+                ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant:blue"),
+                ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+                ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+                ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+                ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+                ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway"),
+                ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1s"),
+                ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s"),
+                ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "30s"),
+                ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.2"),
+                ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+                ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1024"),
+            ],
+        )
+        .unwrap();
+        assert!(s.force_start_without_initial_config);
+        let expected = XdsOptions {
+            server_url: "envoy-gateway:18001".to_owned(),
+            node_id: "envoy-ratelimit".to_owned(),
+            node_metadata: vec![("zone".to_owned(), "a".to_owned())],
+            additional_headers: vec![("x-tenant".to_owned(), "blue".to_owned())],
+            tls: Some(XdsTls {
+                ca_cert: Some(PathBuf::from("/certs/ca.crt")),
+                client_cert: Some(PathBuf::from("/certs/tls.crt")),
+                client_key: Some(PathBuf::from("/certs/tls.key")),
+                san: Some("envoy-gateway".to_owned()),
+            }),
+            max_message_bytes: 1024,
+            backoff: Backoff {
+                initial: Duration::from_secs(2),
+                max: Duration::from_secs(30),
+                random_factor: 0.2,
+                jitter: false,
+            },
+            connect_retry_interval: Duration::from_secs(1),
+        };
+        assert_eq!(s.xds, Some(expected));
+    }
+
+    #[test]
+    fn tls_files_are_ignored_without_use_tls_and_must_pair_with_it() {
+        let s = resolve(
+            &["--config-type=grpc-xds-sotw"],
+            &[("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt")],
+        )
+        .unwrap();
+        assert_eq!(s.xds.unwrap().tls, None);
+        let err = resolve(
+            &[
+                "--config-type=grpc-xds-sotw",
+                "--config-grpc-xds-server-use-tls",
+            ],
+            &[("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt")],
+        )
+        .unwrap_err();
+        assert!(matches!(err, SettingsError::Missing { .. }), "{err}");
+    }
+
+    #[test]
+    fn malformed_xds_values_name_their_variable() {
+        for (var, value) in [
+            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant"),
+            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "soon"),
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "big"),
+        ] {
+            let err = resolve(&[], &[("CONFIG_TYPE", "GRPC_XDS_SOTW"), (var, value)]).unwrap_err();
+            assert!(
+                matches!(&err, SettingsError::InvalidEnv { var: v, .. } if *v == var),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn pairs_parse_as_the_reference_reads_them() {

@@ -140,6 +140,10 @@ struct XdsFloodgate {
 
 impl XdsFloodgate {
     async fn start(options: XdsOptions) -> Self {
+        Self::start_with(options, false).await
+    }
+
+    async fn start_with(options: XdsOptions, healthy_only_with_rules: bool) -> Self {
         let rules = Arc::new(ArcSwap::from_pointee(Index::empty()));
         let client = XdsClient::new(
             options,
@@ -159,6 +163,7 @@ impl XdsFloodgate {
             ServeOptions {
                 shutdown_grace: Duration::from_secs(5),
                 rule_feed: Some(feed.clone()),
+                healthy_only_with_rules,
                 ..ServeOptions::default()
             },
         )
@@ -363,6 +368,60 @@ async fn a_client_without_a_certificate_gets_no_rules_over_mtls() {
     assert_eq!(floodgate.feed.applied(), 0);
     assert_eq!(ads.sent().len(), 1, "{:?}", ads.sent());
     with_cert.stop().await;
+    floodgate.stop().await;
+}
+
+#[tokio::test]
+async fn a_response_over_the_size_bound_is_refused_and_the_last_good_rules_serve() {
+    let ads = AdsServer::start(None).await;
+    let floodgate = XdsFloodgate::start(XdsOptions {
+        max_message_bytes: 4096,
+        ..plain_options(&ads)
+    })
+    .await;
+    let mut client = floodgate.server.client().await;
+    ads.set("1", rules_v1());
+    reply_to_version(&ads, "1").await;
+
+    // v2 carries metadata larger than the bound on its own.
+    let mut big = rules_v2();
+    let blob = prost_types::Value {
+        kind: Some(prost_types::value::Kind::StringValue("x".repeat(8192))),
+    };
+    big[0].descriptors[0].metadata = Some(prost_types::Struct {
+        fields: [("blob".to_owned(), blob)].into_iter().collect(),
+    });
+    ads.set("2", big);
+    // Each stream breaks on it and floodgate reconnects (the server sends
+    // v2 again on every new stream); it is never applied, ACKed or NACKed.
+    let resent = poll_until_async(WAIT, EVERY, || {
+        let sent = ads.sent().iter().filter(|s| s.version == "2").count();
+        async move { (sent >= 2).then_some(true) }
+    })
+    .await;
+    assert!(resent, "{:?}", ads.sent());
+    for sent in ads.sent().iter().filter(|s| s.version == "2") {
+        assert!(ads.reply_to(&sent.nonce).is_none(), "{:?}", ads.seen());
+    }
+    assert_eq!(one(&mut client, "api", "path", "/a").await, (OK, 5, 4));
+    assert_eq!(one(&mut client, "new", "k", "x").await, (OK, 0, 0));
+    let stats = floodgate.feed.stats();
+    assert_eq!((stats.success(), stats.error()), (1, 0));
+    floodgate.stop().await;
+}
+
+#[tokio::test]
+async fn health_waits_for_xds_rules_when_rules_are_required() {
+    let ads = AdsServer::start(None).await;
+    let floodgate = XdsFloodgate::start_with(plain_options(&ads), true).await;
+    let addr = floodgate.server.http_addr;
+    assert_ne!(http::get(addr, "/healthcheck").await.status, 200);
+    ads.set("1", rules_v1());
+    let healthy = poll_until_async(WAIT, EVERY, || async move {
+        (http::get(addr, "/healthcheck").await.status == 200).then_some(true)
+    })
+    .await;
+    assert!(healthy, "not healthy after the first rules");
     floodgate.stop().await;
 }
 
