@@ -74,8 +74,8 @@ impl Default for XdsOptions {
     }
 }
 
-/// TLS to the management server. Files are read at every connection
-/// attempt, so renewed certificates are picked up on reconnect.
+/// TLS to the management server. The files are read at start (a bad one
+/// stops the start) and again at every connection attempt.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct XdsTls {
     /// PEM CA bundle that signed the server's certificate; `None` trusts
@@ -83,7 +83,7 @@ pub struct XdsTls {
     pub ca_cert: Option<PathBuf>,
     /// PEM client certificate (mTLS); with `client_key`.
     pub client_cert: Option<PathBuf>,
-    /// PEM private key of `client_cert` (PKCS#8, PKCS#1 or SEC1).
+    /// PEM private key of `client_cert`.
     pub client_key: Option<PathBuf>,
     /// Name the server's certificate must be valid for, instead of the
     /// host of the server address.
