@@ -497,8 +497,13 @@ impl Binary {
                 .success()
         );
         let child = &mut self.child;
-        let stopped = poll_until(WAIT, EVERY, || child.try_wait().unwrap().map(|_| true));
-        assert!(stopped, "did not stop on SIGTERM");
+        let mut status = None;
+        poll_until(WAIT, EVERY, || {
+            status = child.try_wait().unwrap();
+            status.map(|_| true)
+        });
+        let status = status.expect("did not stop on SIGTERM");
+        assert!(status.success(), "exited with {status}");
     }
 }
 
@@ -558,6 +563,17 @@ async fn without_force_start_nothing_listens_until_the_first_rules_over_mtls() {
             .await
             .is_err()
     );
+    // Invalid first rules are NACKed (no version applied yet), and still
+    // nothing listens.
+    ads.set("0", rules_invalid());
+    let nack = reply_to_version(&ads, "0").await;
+    assert_eq!(nack.request.version_info, "");
+    assert_eq!(nack.request.error_detail.unwrap().message, INVALID_DETAIL);
+    assert!(
+        tokio::net::TcpStream::connect(floodgate.http)
+            .await
+            .is_err()
+    );
 
     ads.set("1", rules_v1());
     assert!(
@@ -591,7 +607,7 @@ async fn without_force_start_nothing_listens_until_the_first_rules_over_mtls() {
     assert!(
         metrics
             .body
-            .contains("ratelimit_service_config_load_error 1"),
+            .contains("ratelimit_service_config_load_error 2"),
         "{}",
         metrics.body
     );
@@ -615,4 +631,37 @@ async fn force_start_serves_before_the_first_rules() {
     assert!(ack.request.error_detail.is_none());
     assert_eq!(one(&mut client, "edge", "user", "alice").await.1, 2);
     floodgate.stop();
+}
+
+#[tokio::test]
+async fn sigterm_while_waiting_for_the_first_rules_exits_cleanly() {
+    let ads = AdsServer::start(None).await;
+    let floodgate = Binary::start(&ads, &[]);
+    let subscribed = poll_until_async(WAIT, EVERY, || {
+        let seen = !ads.seen().is_empty();
+        async move { seen.then_some(true) }
+    })
+    .await;
+    assert!(subscribed, "no subscription");
+    floodgate.stop();
+}
+
+#[test]
+fn unreadable_xds_tls_files_stop_the_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("serve")
+        .env_clear()
+        .env("GRPC_PORT", free_port().to_string())
+        .env("PORT", free_port().to_string())
+        .env("CONFIG_TYPE", "GRPC_XDS_SOTW")
+        .env("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true")
+        .env("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/nonexistent/ca.pem")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot read /nonexistent/ca.pem"),
+        "{stderr}"
+    );
 }
