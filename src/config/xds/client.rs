@@ -225,10 +225,9 @@ impl XdsClient {
                     "cannot connect to the xds server; retrying"
                 ),
             }
-            let wait = self
-                .options
-                .connect_retry_interval
-                .mul_f64(0.5 + random_unit());
+            let interval = self.options.connect_retry_interval;
+            let wait = Duration::try_from_secs_f64(interval.as_secs_f64() * (0.5 + random_unit()))
+                .unwrap_or(interval);
             tokio::select! {
                 () = shutdown.cancelled() => return None,
                 () = tokio::time::sleep(wait) => {}

@@ -53,21 +53,44 @@ pub enum Rejection {
     Invalid(ConfigError),
 }
 
+/// Longest NACK text: enough for dozens of problems, small enough that a
+/// server never refuses the NACK for its size.
+pub const MAX_DETAIL_BYTES: usize = 16 * 1024;
+
 impl Rejection {
     /// The text sent back in the NACK's `error_detail`: every rule problem
     /// on its own line (as `check-config` prints them), or the error with
-    /// its cause.
+    /// its cause; at most [`MAX_DETAIL_BYTES`], saying how many problems
+    /// did not fit.
     pub fn detail(&self) -> String {
-        match self {
-            Self::Invalid(err) if !err.issues().is_empty() => err
-                .issues()
-                .iter()
-                .map(|issue| issue.rendered.as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
+        let mut text = match self {
+            Self::Invalid(err) if !err.issues().is_empty() => {
+                let issues = err.issues();
+                let mut text = String::new();
+                for (shown, issue) in issues.iter().enumerate() {
+                    if shown > 0 && text.len() + 1 + issue.rendered.len() > MAX_DETAIL_BYTES {
+                        text.push_str(&format!("\n… and {} more", issues.len() - shown));
+                        break;
+                    }
+                    if shown > 0 {
+                        text.push('\n');
+                    }
+                    text.push_str(&issue.rendered);
+                }
+                text
+            }
             Self::Decode { source, .. } => format!("{self}: {source}"),
             other => other.to_string(),
+        };
+        if text.len() > MAX_DETAIL_BYTES {
+            let mut end = MAX_DETAIL_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+            text.push('…');
         }
+        text
     }
 }
 
@@ -346,6 +369,38 @@ mod tests {
             "{}",
             err.detail()
         );
+    }
+
+    #[test]
+    fn nack_text_stays_bounded() {
+        let empty_keys = (0..5_000)
+            .map(|_| limited("", rls_conf::RateLimitUnit::Second, 1))
+            .collect();
+        let err = index_of(
+            &[any(&config("c", "d", empty_keys))],
+            &LoadOptions::default(),
+        )
+        .unwrap_err();
+        let detail = err.detail();
+        assert!(detail.len() <= MAX_DETAIL_BYTES + 64, "{}", detail.len());
+        assert!(detail.starts_with("c: descriptors[0]: descriptor has empty key\n"));
+        let shown = detail.lines().count() - 1;
+        assert!(
+            detail.ends_with(&format!("… and {} more", 5_000 - shown)),
+            "{detail}"
+        );
+
+        let long_key = limited(
+            &"k".repeat(MAX_DETAIL_BYTES * 2),
+            rls_conf::RateLimitUnit::Unknown,
+            1,
+        );
+        let err = index_of(
+            &[any(&config("c", "d", vec![long_key]))],
+            &LoadOptions::default(),
+        )
+        .unwrap_err();
+        assert!(err.detail().len() <= MAX_DETAIL_BYTES + '…'.len_utf8());
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub mod proto;
 
 pub use backoff::Backoff;
 pub use client::{RuleFeed, XdsClient, XdsError};
-pub use convert::{MAX_RESOURCES, RATE_LIMIT_CONFIG_TYPE, Rejection, index_of};
+pub use convert::{MAX_DETAIL_BYTES, MAX_RESOURCES, RATE_LIMIT_CONFIG_TYPE, Rejection, index_of};
 
 use std::path::PathBuf;
 use std::time::Duration;
