@@ -220,6 +220,7 @@ fn number(n: f64) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn any(config: &rls_conf::RateLimitConfig) -> prost_types::Any {
         prost_types::Any {
@@ -408,6 +409,147 @@ mod tests {
         let one = any(&config("c", "d", vec![]));
         let err = index_of(&vec![one; MAX_RESOURCES + 1], &LoadOptions::default()).unwrap_err();
         assert!(matches!(err, Rejection::TooManyResources { count } if count == MAX_RESOURCES + 1));
+    }
+
+    /// Writes `configs` as the rule files they stand for, one per
+    /// resource, every field explicit as proto3 makes it.
+    fn as_yaml(config: &rls_conf::RateLimitConfig) -> String {
+        fn node(out: &mut String, d: &rls_conf::RateLimitDescriptor, indent: usize) {
+            let pad = " ".repeat(indent);
+            out.push_str(&format!("{pad}- key: \"{}\"\n", d.key));
+            let pad = " ".repeat(indent + 2);
+            if !d.value.is_empty() {
+                out.push_str(&format!("{pad}value: \"{}\"\n", d.value));
+            }
+            if let Some(policy) = &d.rate_limit {
+                let unit = rls_conf::RateLimitUnit::try_from(policy.unit).unwrap();
+                out.push_str(&format!(
+                    "{pad}rate_limit:\n{pad}  unit: {}\n{pad}  requests_per_unit: {}\n{pad}  unlimited: {}\n",
+                    unit.as_str_name(),
+                    policy.requests_per_unit,
+                    policy.unlimited
+                ));
+                if !policy.name.is_empty() {
+                    out.push_str(&format!("{pad}  name: \"{}\"\n", policy.name));
+                }
+                out.push_str(&format!("{pad}  replaces: ["));
+                for replace in &policy.replaces {
+                    out.push_str(&format!("{{name: \"{}\"}}, ", replace.name));
+                }
+                out.push_str("]\n");
+            }
+            out.push_str(&format!(
+                "{pad}shadow_mode: {}\n{pad}quota_mode: {}\n{pad}detailed_metric: {}\n",
+                d.shadow_mode, d.quota_mode, d.detailed_metric
+            ));
+            if !d.descriptors.is_empty() {
+                out.push_str(&format!("{pad}descriptors:\n"));
+                for child in &d.descriptors {
+                    node(out, child, indent + 4);
+                }
+            }
+        }
+        let mut out = format!("domain: \"{}\"\ndescriptors:\n", config.domain);
+        for d in &config.descriptors {
+            node(&mut out, d, 2);
+        }
+        out
+    }
+
+    fn arb_descriptor() -> impl Strategy<Value = rls_conf::RateLimitDescriptor> {
+        let name = prop_oneof![
+            Just(String::new()),
+            Just("n1".to_owned()),
+            Just("n2".to_owned())
+        ];
+        let policy = (
+            0i32..8,
+            0u32..4,
+            proptest::bool::weighted(0.15),
+            name,
+            proptest::collection::vec(prop_oneof![Just("n1"), Just("n2")], 0..2),
+        )
+            .prop_map(|(unit, requests_per_unit, unlimited, name, replaces)| {
+                rls_conf::RateLimitPolicy {
+                    unit,
+                    requests_per_unit,
+                    unlimited,
+                    name,
+                    replaces: replaces
+                        .into_iter()
+                        .map(|name| rls_conf::RateLimitReplace {
+                            name: name.to_owned(),
+                        })
+                        .collect(),
+                }
+            });
+        let leaf = (
+            prop_oneof![4 => Just("k"), 4 => Just("j"), 1 => Just("")],
+            prop_oneof![Just(""), Just("v"), Just("w*"), Just("x")],
+            proptest::option::of(policy),
+            proptest::arbitrary::any::<(bool, bool, bool)>(),
+        )
+            .prop_map(
+                |(key, value, rate_limit, (shadow_mode, quota_mode, detailed_metric))| {
+                    rls_conf::RateLimitDescriptor {
+                        key: key.to_owned(),
+                        value: value.to_owned(),
+                        rate_limit,
+                        shadow_mode,
+                        quota_mode,
+                        detailed_metric,
+                        ..Default::default()
+                    }
+                },
+            );
+        leaf.prop_recursive(3, 12, 3, |inner| {
+            (inner.clone(), proptest::collection::vec(inner, 0..3)).prop_map(|(mut d, children)| {
+                d.descriptors = children;
+                d
+            })
+        })
+    }
+
+    fn arb_configs() -> impl Strategy<Value = Vec<rls_conf::RateLimitConfig>> {
+        proptest::collection::vec(
+            (
+                prop_oneof![4 => Just("a"), 4 => Just("b"), 1 => Just("")],
+                proptest::collection::vec(arb_descriptor(), 0..3),
+            ),
+            0..3,
+        )
+        .prop_map(|configs| {
+            configs
+                .into_iter()
+                .enumerate()
+                .map(|(i, (domain, descriptors))| config(&format!("r{i}"), domain, descriptors))
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// xDS rules load exactly as the rule files they stand for: the
+        /// same rules, or the same problems in the same words.
+        #[test]
+        fn xds_rules_validate_as_the_equivalent_rule_files(configs in arb_configs(), merge in proptest::arbitrary::any::<bool>()) {
+            use crate::config::validation::{Source, load_sources};
+            let options = LoadOptions { merge_domains: merge, ..LoadOptions::default() };
+            let resources: Vec<_> = configs.iter().map(super::tests::any).collect();
+            let sources: Vec<_> = configs
+                .iter()
+                .map(|c| Source { name: c.name.clone(), text: as_yaml(c) })
+                .collect();
+            match (index_of(&resources, &options), load_sources(&sources, &options)) {
+                (Ok(xds), Ok(files)) => {
+                    prop_assert_eq!(xds.summaries(), files.summaries());
+                    prop_assert_eq!(xds.rules().collect::<Vec<_>>(), files.rules().collect::<Vec<_>>());
+                }
+                (Err(Rejection::Invalid(xds)), Err(files)) => {
+                    prop_assert_eq!(xds.issues(), files.issues());
+                }
+                (xds, files) => prop_assert!(false, "xds {:?} vs files {:?}\n{}", xds.err(), files.err(), sources.iter().map(|s| s.text.as_str()).collect::<String>()),
+            }
+        }
     }
 
     #[test]
