@@ -8,7 +8,7 @@
 use crate::support::grpc::{TestServer, ask, request};
 use crate::support::tls::{Ca, Pem};
 use crate::support::xds::{AdsServer, Seen, ServerTls, config, limit};
-use crate::support::{free_port, http, poll_until, poll_until_async};
+use crate::support::{free_port, http, poll_until_async};
 use arc_swap::ArcSwap;
 use floodgate::clock::{ManualClock, UnixMillis};
 use floodgate::config::xds::proto::ratelimit::config::ratelimit::v3::{
@@ -486,8 +486,10 @@ impl Binary {
             .unwrap()
     }
 
-    /// SIGTERM; the process must exit within the deadline.
-    fn stop(mut self) {
+    /// SIGTERM; the process must exit within the deadline, successfully.
+    /// Waits on the runtime, so this test's own connections can answer
+    /// the server's goodbye and let it drain at once.
+    async fn stop(mut self) {
         let pid = self.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -498,10 +500,12 @@ impl Binary {
         );
         let child = &mut self.child;
         let mut status = None;
-        poll_until(WAIT, EVERY, || {
+        poll_until_async(WAIT, EVERY, || {
             status = child.try_wait().unwrap();
-            status.map(|_| true)
-        });
+            let done = status.map(|_| true);
+            async move { done }
+        })
+        .await;
         let status = status.expect("did not stop on SIGTERM");
         assert!(status.success(), "exited with {status}");
     }
@@ -611,7 +615,7 @@ async fn without_force_start_nothing_listens_until_the_first_rules_over_mtls() {
         "{}",
         metrics.body
     );
-    floodgate.stop();
+    floodgate.stop().await;
 }
 
 #[tokio::test]
@@ -630,7 +634,7 @@ async fn force_start_serves_before_the_first_rules() {
     let ack = reply_to_version(&ads, "1").await;
     assert!(ack.request.error_detail.is_none());
     assert_eq!(one(&mut client, "edge", "user", "alice").await.1, 2);
-    floodgate.stop();
+    floodgate.stop().await;
 }
 
 #[tokio::test]
@@ -643,7 +647,7 @@ async fn sigterm_while_waiting_for_the_first_rules_exits_cleanly() {
     })
     .await;
     assert!(subscribed, "no subscription");
-    floodgate.stop();
+    floodgate.stop().await;
 }
 
 #[test]
