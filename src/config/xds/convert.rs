@@ -405,6 +405,22 @@ mod tests {
     }
 
     #[test]
+    fn nesting_past_the_decoder_limit_is_rejected_not_recursed() {
+        let mut node = limited("k", rls_conf::RateLimitUnit::Second, 1);
+        for _ in 0..150 {
+            let mut parent = limited("k", rls_conf::RateLimitUnit::Second, 1);
+            parent.descriptors = vec![node];
+            node = parent;
+        }
+        let err = index_of(
+            &[any(&config("deep", "d", vec![node]))],
+            &LoadOptions::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Rejection::Decode { index: 0, .. }), "{err}");
+    }
+
+    #[test]
     fn too_many_resources_are_refused_before_decoding() {
         let one = any(&config("c", "d", vec![]));
         let err = index_of(&vec![one; MAX_RESOURCES + 1], &LoadOptions::default()).unwrap_err();
