@@ -15,6 +15,7 @@ mod http;
 pub mod proto;
 mod tls;
 
+use crate::config::xds::RuleFeed;
 use crate::config::{Fingerprint, LoadOptions, ReloadStats, Watcher};
 use crate::limiter::Limiter;
 use crate::store::StoreKind;
@@ -99,6 +100,10 @@ pub struct ServeOptions {
     /// Path of the metrics on the separate metrics listener
     /// (`PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// Rules swapped in by an xDS client running beside the server: health
+    /// follows each rule set it applies, and metrics report its load
+    /// counters. `None` without xDS.
+    pub rule_feed: Option<RuleFeed>,
 }
 
 impl Default for ServeOptions {
@@ -111,6 +116,7 @@ impl Default for ServeOptions {
             reload: None,
             tls: None,
             metrics_path: "/metrics".to_owned(),
+            rule_feed: None,
         }
     }
 }
@@ -284,7 +290,11 @@ pub async fn serve(
                 grpc_stop,
             )),
         };
-    let reloads = options.reload.as_ref().map(|r| r.stats.clone());
+    let reloads = options
+        .reload
+        .as_ref()
+        .map(|r| r.stats.clone())
+        .or_else(|| options.rule_feed.as_ref().map(|feed| feed.stats().clone()));
     if let Some(listener) = listeners.metrics {
         let router = http::metrics_router(
             health.clone(),
@@ -362,6 +372,22 @@ fn spawn_background(
                     async move { health.set_rules(&index).await }
                 })
                 .instrument(info_span!("config_watch")),
+        );
+    }
+    if let Some(feed) = &options.rule_feed {
+        let (mut feed, limiter, health) = (feed.clone(), limiter.clone(), health.clone());
+        let shutdown = shutdown.clone();
+        tracker.spawn(
+            async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        changed = feed.changed() => if !changed { return },
+                    }
+                    health.set_rules(&limiter.rules().load()).await;
+                }
+            }
+            .instrument(info_span!("xds_rules")),
         );
     }
     {

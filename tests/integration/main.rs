@@ -15,3 +15,4 @@ mod model;
 mod redis;
 mod reload;
 mod tls;
+mod xds;
