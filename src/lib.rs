@@ -13,6 +13,7 @@
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
 //! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`insight`]: operator views that never count (top lists by domain).
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
@@ -29,6 +30,7 @@ pub mod algorithm;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
+pub mod insight;
 pub mod limiter;
 pub mod metrics;
 pub mod server;
