@@ -13,6 +13,7 @@ mod hostile;
 mod http;
 mod insight;
 mod model;
+mod page;
 mod redis;
 mod reload;
 mod tls;
