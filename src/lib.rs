@@ -3,7 +3,7 @@
 //! Module map, and the only direction imports may flow:
 //!
 //! ```text
-//! main -> server -> limiter -> { config::Index, store, metrics } -> algorithm -> clock
+//! main -> server -> limiter -> { config::Index, store, metrics, insight } -> algorithm -> clock
 //! ```
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.

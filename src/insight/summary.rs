@@ -10,11 +10,10 @@
 //!
 //! Items are keyed by a 64-bit hash the caller computes (keyed per process);
 //! each counter also keeps a bounded copy of the item's text to show it.
+//! `K` is small (64), so items are found by a vectorisable scan and the
+//! smallest counter by another: no index to keep up to date.
 //! Memory is fixed by `K` and [`MAX_LABEL_BYTES`]/[`MAX_LABEL_ENTRIES`]:
 //! replacing an item reuses the buffers of the one it replaces.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// Most bytes of descriptor text (keys and values) kept per item; longer
 /// values are cut at a character boundary.
@@ -74,27 +73,6 @@ impl Label {
     }
 }
 
-/// A hasher for keys that already are hashes.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `write_u64` is used; fold anything else in anyway.
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
 /// One held item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held<'a> {
@@ -116,7 +94,6 @@ pub struct SpaceSaving {
     counts: Vec<u64>,
     errors: Vec<u64>,
     labels: Vec<Label>,
-    slots: HashMap<u64, usize, BuildHasherDefault<PassThrough>>,
     total: u64,
 }
 
@@ -130,7 +107,6 @@ impl SpaceSaving {
             counts: Vec::with_capacity(capacity),
             errors: Vec::with_capacity(capacity),
             labels: Vec::with_capacity(capacity),
-            slots: HashMap::with_capacity_and_hasher(capacity, BuildHasherDefault::default()),
             total: 0,
         }
     }
@@ -142,7 +118,7 @@ impl SpaceSaving {
             return;
         }
         self.total = self.total.saturating_add(weight);
-        if let Some(&at) = self.slots.get(&hash) {
+        if let Some(at) = self.find(hash) {
             if let Some(count) = self.counts.get_mut(at) {
                 *count = count.saturating_add(weight);
             }
@@ -151,7 +127,6 @@ impl SpaceSaving {
         if self.hashes.len() < self.capacity {
             let mut text = Label::default();
             label(&mut text);
-            self.slots.insert(hash, self.hashes.len());
             self.hashes.push(hash);
             self.counts.push(weight);
             self.errors.push(0);
@@ -159,19 +134,17 @@ impl SpaceSaving {
             return;
         }
         // Full: the new item takes the smallest counter.
-        let Some((at, &min)) = self.counts.iter().enumerate().min_by_key(|&(_, c)| *c) else {
+        let min = self.min_count();
+        let Some(at) = self.counts.iter().position(|&c| c == min) else {
             return;
         };
-        if let Some(old) = self.hashes.get_mut(at) {
-            self.slots.remove(old);
-            *old = hash;
-        }
-        self.slots.insert(hash, at);
-        if let (Some(count), Some(error), Some(text)) = (
+        if let (Some(old), Some(count), Some(error), Some(text)) = (
+            self.hashes.get_mut(at),
             self.counts.get_mut(at),
             self.errors.get_mut(at),
             self.labels.get_mut(at),
         ) {
+            *old = hash;
             *count = min.saturating_add(weight);
             *error = min;
             label(text);
@@ -186,7 +159,6 @@ impl SpaceSaving {
         // Labels are kept allocated for reuse only up to `capacity`, which
         // they never exceed; dropping them here keeps the accounting simple.
         self.labels.clear();
-        self.slots.clear();
         self.total = 0;
     }
 
@@ -221,9 +193,24 @@ impl SpaceSaving {
             })
     }
 
+    /// Where `hash` is held: a scan of the hashes in blocks of 8, each
+    /// compared without a branch so the compiler can vectorise it (with
+    /// `K` = 64 this beats a hash map, which would also have to be kept up
+    /// to date on every replacement).
+    fn find(&self, hash: u64) -> Option<usize> {
+        let mut base = 0;
+        for block in self.hashes.chunks(8) {
+            if block.iter().fold(false, |hit, &h| hit | (h == hash)) {
+                return block.iter().position(|&h| h == hash).map(|i| base + i);
+            }
+            base += block.len();
+        }
+        None
+    }
+
     /// The count and error of `hash`, if held.
     pub fn get(&self, hash: u64) -> Option<(u64, u64)> {
-        let &at = self.slots.get(&hash)?;
+        let at = self.find(hash)?;
         Some((*self.counts.get(at)?, *self.errors.get(at)?))
     }
 
@@ -233,18 +220,15 @@ impl SpaceSaving {
         (self.hashes.capacity() + self.counts.capacity() + self.errors.capacity()) * per
             + self.labels.capacity() * std::mem::size_of::<Label>()
             + self.labels.iter().map(Label::heap_bytes).sum::<usize>()
-            // The map: a key, a value and a control byte per bucket.
-            + self.slots.capacity() * (per + std::mem::size_of::<usize>() + 1)
     }
 
     /// The most heap bytes a summary of `capacity` counters can hold.
     pub fn max_heap_bytes(capacity: usize) -> usize {
         let per = std::mem::size_of::<u64>();
         // Vectors never grow past `capacity`; labels grow to at most twice
-        // their budget; the map keeps at most twice its capacity in buckets.
+        // their budget.
         let label = 2 * MAX_LABEL_BYTES + 2 * MAX_LABEL_ENTRIES * std::mem::size_of::<(u16, u16)>();
         capacity * (3 * per + std::mem::size_of::<Label>() + label)
-            + 2 * capacity * (per + std::mem::size_of::<usize>() + 1)
     }
 }
 

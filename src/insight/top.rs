@@ -25,9 +25,10 @@
 use super::summary::{Label, SpaceSaving};
 use crate::clock::UnixMillis;
 use crate::descriptor::Entry;
-use parking_lot::{Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 use std::sync::Arc;
 
 /// Counters per summary.
@@ -216,14 +217,46 @@ impl DomainTop {
 #[derive(Debug)]
 pub struct TopRecorder {
     hasher: RandomState,
-    domains: RwLock<HashMap<Box<str>, Arc<Mutex<DomainTop>>>>,
+    /// Read on every request without a shared write (no lock, no
+    /// reference count); replaced whole when a domain is added.
+    domains: ArcSwap<Domains>,
+    /// Serialises the rare additions.
+    adding: Mutex<()>,
+}
+
+type Domains = HashMap<Box<str>, Arc<Mutex<DomainTop>>, BuildHasherDefault<Fnv>>;
+
+/// FNV-1a for the domain map, looked up on every request: domains are at
+/// most [`MAX_DOMAINS`] names from rule files, so a caller's domain probes
+/// at most that many entries whatever it hashes to, and no keyed (slower)
+/// hash is needed there.
+#[derive(Debug, Clone, Copy)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
 }
 
 impl Default for TopRecorder {
     fn default() -> Self {
         Self {
             hasher: RandomState::new(),
-            domains: RwLock::new(HashMap::new()),
+            domains: ArcSwap::from_pointee(Domains::default()),
+            adding: Mutex::new(()),
         }
     }
 }
@@ -241,34 +274,28 @@ impl TopRecorder {
         hasher.finish()
     }
 
-    /// The rings of `domain`, created while fewer than [`MAX_DOMAINS`] are
+    /// Adds the rings of `domain` while fewer than [`MAX_DOMAINS`] are
     /// tracked; `is_known` says whether a domain may be tracked (a rule file
     /// declares it), and frees the room of domains no longer declared.
-    fn domain(
-        &self,
-        domain: &str,
-        is_known: impl Fn(&str) -> bool,
-    ) -> Option<Arc<Mutex<DomainTop>>> {
-        if let Some(top) = self.domains.read().get(domain) {
-            return Some(top.clone());
-        }
+    fn add_domain(&self, domain: &str, is_known: impl Fn(&str) -> bool) {
         if !is_known(domain) {
-            return None;
+            return;
         }
-        let mut domains = self.domains.write();
-        if let Some(top) = domains.get(domain) {
-            return Some(top.clone());
+        let _adding = self.adding.lock();
+        let current = self.domains.load();
+        if current.contains_key(domain) {
+            return;
         }
+        let mut domains: Domains = (**current).clone();
         if domains.len() >= MAX_DOMAINS {
             // Rules were reloaded: forget domains no rule file declares.
             domains.retain(|name, _| is_known(name));
             if domains.len() >= MAX_DOMAINS {
-                return None;
+                return;
             }
         }
-        let top = Arc::new(Mutex::new(DomainTop::new()));
-        domains.insert(domain.into(), top.clone());
-        Some(top)
+        domains.insert(domain.into(), Arc::new(Mutex::new(DomainTop::new())));
+        self.domains.store(Arc::new(domains));
     }
 
     /// Records one request's descriptors of `domain`: for each, its entries,
@@ -281,7 +308,12 @@ impl TopRecorder {
         now: UnixMillis,
         is_known: impl Fn(&str) -> bool,
     ) {
-        let Some(top) = self.domain(domain, is_known) else {
+        let mut domains = self.domains.load();
+        if !domains.contains_key(domain) {
+            self.add_domain(domain, is_known);
+            domains = self.domains.load();
+        }
+        let Some(top) = domains.get(domain) else {
             return;
         };
         for (entries, hits, over) in descriptors {
@@ -313,7 +345,7 @@ impl TopRecorder {
         n: usize,
         now: UnixMillis,
     ) -> Vec<TopItem> {
-        let Some(top) = self.domains.read().get(domain).cloned() else {
+        let Some(top) = self.domains.load().get(domain).cloned() else {
             return Vec::new();
         };
         let top = top.lock();
@@ -356,7 +388,7 @@ impl TopRecorder {
 
     /// Total hits (by `by`) of `domain` over `window`, exact.
     pub fn total(&self, domain: &str, by: By, window: Window, now: UnixMillis) -> u64 {
-        let Some(top) = self.domains.read().get(domain).cloned() else {
+        let Some(top) = self.domains.load().get(domain).cloned() else {
             return 0;
         };
         let top = top.lock();
@@ -368,7 +400,7 @@ impl TopRecorder {
 
     /// The domains tracked, sorted.
     pub fn domains(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.domains.read().keys().map(|d| d.to_string()).collect();
+        let mut names: Vec<String> = self.domains.load().keys().map(|d| d.to_string()).collect();
         names.sort();
         names
     }
@@ -376,7 +408,7 @@ impl TopRecorder {
     /// Heap bytes held by every tracked domain.
     pub fn heap_bytes(&self) -> usize {
         self.domains
-            .read()
+            .load()
             .values()
             .map(|top| {
                 let top = top.lock();

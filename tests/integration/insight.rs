@@ -5,11 +5,13 @@
 //! (`shadow_mode`) limits next to enforced ones, on the embedded store, a
 //! standalone Redis and a Redis Cluster.
 
-use crate::conformance::{Backend, cluster, memory, standalone};
+use crate::conformance::{Backend, cluster, connected, memory, redis_config, standalone};
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::{get, post_json};
+use crate::support::redis::RedisServer;
 use floodgate::clock::{ManualClock, UnixMillis};
 use floodgate::limiter::LimiterOptions;
+use floodgate::store::RedisMode;
 use serde_json::{Value, json};
 use std::process::Command;
 use std::sync::Arc;
@@ -334,6 +336,12 @@ fn explain_offline_with_empty_counters() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("bad request"));
+    let no_dir = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args(["explain", "--config-dir", "/nonexistent/floodgate-rules"])
+        .arg(cases()[0].body.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(no_dir.status.code(), Some(1));
 }
 
 const MIX: &str = r"
@@ -443,6 +451,38 @@ async fn top_puts_the_hot_descriptor_first_and_lists_exactly_the_limited_ones() 
     server.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_an_answer_from_the_local_cache() {
+    let server = TestServer::start(
+        index(&[("ops.yaml", RULES)]),
+        memory().await.store,
+        Arc::new(ManualClock::new(UnixMillis::from_secs(T0))),
+        LimiterOptions {
+            local_cache_bytes: 1 << 20,
+            ..LimiterOptions::default()
+        },
+    )
+    .await;
+    let body = one(&[("user", "zed")]).to_string();
+    for _ in 0..6 {
+        post_json(server.http_addr, "/json", &body).await;
+    }
+    let explained: Value =
+        serde_json::from_str(&post_json(server.http_addr, "/explain", &body).await.body).unwrap();
+    assert_eq!(
+        explained["descriptors"][0]["outcome"], "cached",
+        "{explained}"
+    );
+    assert_eq!(explained["overallCode"], "OVER_LIMIT");
+    let decided: Value =
+        serde_json::from_str(&post_json(server.http_addr, "/json", &body).await.body).unwrap();
+    assert_eq!(
+        explained["descriptors"][0]["status"],
+        decided["statuses"][0]
+    );
+    server.shutdown().await;
+}
+
 /// An enforced 100/min next to a shadow 10/min on one descriptor: 50 calls
 /// are all OK, and the shadow limit's 40 would-be denials are counted (in
 /// the rule's `shadow_mode` stat and in the over-limit top list).
@@ -529,4 +569,26 @@ async fn candidate_limit_on_the_memory_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidate_limit_on_redis() {
     candidate_limit_counts_would_be_denials(standalone().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_answers_503_when_the_store_cannot_be_read() {
+    let mut redis = RedisServer::start();
+    let store = connected(redis_config(RedisMode::Single, redis.addr())).await;
+    let server = TestServer::start(
+        index(&[("ops.yaml", RULES)]),
+        store,
+        Arc::new(ManualClock::new(UnixMillis::from_secs(T0))),
+        LimiterOptions::default(),
+    )
+    .await;
+    redis.stop();
+    let answer = post_json(
+        server.http_addr,
+        "/explain",
+        &one(&[("user", "a")]).to_string(),
+    )
+    .await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    server.shutdown().await;
 }
