@@ -17,6 +17,8 @@ mod rule;
 mod validation;
 mod watch;
 
-pub use index::{Algorithm, DomainSummary, Index, Limit, Lookup, Match, PathStep, Policy, Rule};
+pub use index::{
+    Algorithm, DomainSummary, Index, Limit, Lookup, Match, Metadata, PathStep, Policy, Rule,
+};
 pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};
 pub use watch::{DEFAULT_POLL_INTERVAL, Fingerprint, Reload, ReloadStats, Watcher};

@@ -4,7 +4,7 @@
 use super::Limiter;
 use super::plan::{Pending, Plan, failure_outcome};
 use crate::algorithm::Outcome;
-use crate::config::Limit;
+use crate::config::{Limit, Metadata};
 use crate::descriptor::Unit;
 use crate::metrics::RuleHit;
 use crate::store::Store;
@@ -69,6 +69,11 @@ pub struct Response {
     pub statuses: Vec<Status>,
     /// `RateLimit-*` headers for the most constrained descriptor, when enabled.
     pub response_headers: Vec<(Arc<str>, String)>,
+    /// `RESPONSE_DYNAMIC_METADATA`: the `metadata` of the matched rules whose
+    /// descriptors passed (not over the limit, not unlimited, not replaced),
+    /// in request order, for the server to merge (first value wins); `None`
+    /// when the setting is off.
+    pub dynamic_metadata: Option<Vec<Arc<Metadata>>>,
 }
 
 /// Names of the three rate-limit response headers.
@@ -103,6 +108,7 @@ pub(super) fn current_limit(limit: &Limit) -> CurrentLimit {
 impl<S: Store> Limiter<S> {
     pub(super) fn respond(&self, plans: &[Plan<'_>], slots: &[Pending]) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
+        let mut passed_metadata = self.options.dynamic_metadata.then(Vec::new);
         let (mut any_over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
         let mut slots = slots.iter().peekable();
         for (i, plan) in plans.iter().enumerate() {
@@ -114,6 +120,7 @@ impl<S: Store> Limiter<S> {
                     shadow_mode,
                     quota_mode,
                     stats_key,
+                    metadata,
                     ..
                 } => {
                     // The descriptor's answer: its first violated limit, else
@@ -165,6 +172,11 @@ impl<S: Store> Limiter<S> {
                     } else {
                         Code::Ok
                     };
+                    if let (Some(passed), Some(metadata), Code::Ok) =
+                        (&mut passed_metadata, metadata, code)
+                    {
+                        passed.push(Arc::clone(metadata));
+                    }
                     if *quota_mode {
                         quota_total += 1;
                         quota_over += usize::from(code == Code::OverLimit);
@@ -200,6 +212,7 @@ impl<S: Store> Limiter<S> {
             overall_code,
             statuses,
             response_headers,
+            dynamic_metadata: passed_metadata,
         }
     }
 }

@@ -62,7 +62,7 @@ impl RateLimitService for RlsService {
         {
             Ok(response) => {
                 Span::current().record("rl.code", field::debug(response.overall_code));
-                Ok(tonic::Response::new(response_to_proto(response)))
+                Ok(tonic::Response::new(response_to_proto(response, &request)))
             }
             Err(err) => {
                 metrics.record_service_error();
@@ -224,8 +224,12 @@ fn status_to_proto(status: Status) -> DescriptorStatus {
     }
 }
 
-/// Converts the domain response into the wire response.
-pub(crate) fn response_to_proto(response: Response) -> RateLimitResponse {
+/// Converts the domain response to `request` into the wire response.
+pub(crate) fn response_to_proto(response: Response, request: &Request) -> RateLimitResponse {
+    let dynamic_metadata = response
+        .dynamic_metadata
+        .as_deref()
+        .map(|passed| super::metadata::dynamic_metadata(request, passed));
     RateLimitResponse {
         overall_code: code_to_proto(response.overall_code).into(),
         statuses: response.statuses.into_iter().map(status_to_proto).collect(),
@@ -238,6 +242,7 @@ pub(crate) fn response_to_proto(response: Response) -> RateLimitResponse {
                 raw_value: Vec::new(),
             })
             .collect(),
+        dynamic_metadata,
         ..RateLimitResponse::default()
     }
 }
@@ -321,20 +326,30 @@ mod tests {
 
     #[test]
     fn response_fields_map_one_to_one() {
-        let proto = response_to_proto(Response {
-            overall_code: Code::OverLimit,
-            statuses: vec![Status {
-                code: Code::OverLimit,
-                current_limit: Some(CurrentLimit {
-                    name: Some("per_user".into()),
-                    requests_per_unit: 20,
-                    unit: Unit::Minute,
-                }),
-                limit_remaining: 0,
-                duration_until_reset: Some(Duration::from_secs(58)),
-            }],
-            response_headers: vec![("RateLimit-Limit".into(), "20".into())],
-        });
+        let request = Request {
+            domain: "d".into(),
+            descriptors: Vec::new(),
+            hits_addend: 0,
+        };
+        let proto = response_to_proto(
+            Response {
+                overall_code: Code::OverLimit,
+                statuses: vec![Status {
+                    code: Code::OverLimit,
+                    current_limit: Some(CurrentLimit {
+                        name: Some("per_user".into()),
+                        requests_per_unit: 20,
+                        unit: Unit::Minute,
+                    }),
+                    limit_remaining: 0,
+                    duration_until_reset: Some(Duration::from_secs(58)),
+                }],
+                response_headers: vec![("RateLimit-Limit".into(), "20".into())],
+                dynamic_metadata: None,
+            },
+            &request,
+        );
+        assert_eq!(proto.dynamic_metadata, None);
         assert_eq!(proto.overall_code, 2);
         let status = &proto.statuses[0];
         let limit = status.current_limit.as_ref().unwrap();

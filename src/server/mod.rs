@@ -12,6 +12,7 @@
 mod grpc;
 mod health;
 mod http;
+mod metadata;
 pub mod proto;
 mod tls;
 

@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Name of the reset header [env: LIMIT_RESET_HEADER] [default: RateLimit-Reset]
     #[arg(long, value_name = "NAME")]
     pub limit_reset_header: Option<String>,
+    /// Return the metadata of matched rules in responses' dynamic_metadata [env: RESPONSE_DYNAMIC_METADATA]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub response_dynamic_metadata: Option<bool>,
     /// Count nothing for a request that is over the limit on any descriptor [env: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub stop_cache_key_increment_when_overlimit: Option<bool>,

@@ -343,6 +343,10 @@ impl Settings {
                     "LOCAL_CACHE_SIZE_IN_BYTES",
                     0,
                 )?,
+                dynamic_metadata: flag(
+                    args.response_dynamic_metadata,
+                    "RESPONSE_DYNAMIC_METADATA",
+                )?,
             },
             memory_store_max_bytes: number(
                 store_args.memory_store_max_bytes,

@@ -103,6 +103,21 @@ fn reference_environment_is_honoured() {
 }
 
 #[test]
+fn response_dynamic_metadata_is_off_unless_asked() {
+    assert!(!resolve(&[], &[]).unwrap().limiter.dynamic_metadata);
+    let on = resolve(&[], &[("RESPONSE_DYNAMIC_METADATA", "true")]).unwrap();
+    assert!(on.limiter.dynamic_metadata);
+    let flag = resolve(&["--response-dynamic-metadata"], &[]).unwrap();
+    assert!(flag.limiter.dynamic_metadata);
+    let off = resolve(
+        &["--response-dynamic-metadata=false"],
+        &[("RESPONSE_DYNAMIC_METADATA", "true")],
+    )
+    .unwrap();
+    assert!(!off.limiter.dynamic_metadata);
+}
+
+#[test]
 fn flags_win_over_environment() {
     let s = resolve(
         &[

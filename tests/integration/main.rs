@@ -11,6 +11,7 @@ mod e2e;
 mod grpc;
 mod hostile;
 mod http;
+mod metadata;
 mod model;
 mod redis;
 mod reload;

@@ -67,7 +67,11 @@ impl Envoy {
             .replace("${LISTEN_PORT}", &listen.to_string())
             .replace("${UPSTREAM_PORT}", &upstream.to_string())
             .replace("${ADMIN_PORT}", &admin.to_string())
-            .replace("${RLS_PORT}", &rls_port.to_string());
+            .replace("${RLS_PORT}", &rls_port.to_string())
+            .replace(
+                "${ACCESS_LOG}",
+                &dir.path().join("access.log").display().to_string(),
+            );
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, config).unwrap();
         let log = std::fs::File::create(dir.path().join("envoy.log")).unwrap();
@@ -124,6 +128,13 @@ impl Envoy {
     /// Everything Envoy has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
+    }
+
+    /// Envoy's access log of the rate-limited listener so far: one line per
+    /// request, `<status> <x-user-id> <rate-limit dynamic metadata as JSON>`
+    /// (flushed by Envoy about once a second).
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
     }
 
     /// `GET path` on the rate-limited listener with `headers`.
