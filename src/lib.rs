@@ -13,6 +13,8 @@
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
 //! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
+//!   over OTLP when `TRACING_ENABLED`.
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
@@ -31,6 +33,7 @@ pub mod config;
 pub mod descriptor;
 pub mod limiter;
 pub mod metrics;
+pub mod otel;
 pub mod server;
 pub mod settings;
 pub mod shutdown;

@@ -98,6 +98,9 @@ pub struct ServeOptions {
     /// Path of the metrics on the separate metrics listener
     /// (`PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// `TRACING_ENABLED`: span every `ShouldRateLimit` call; `None` traces
+    /// nothing and reads no trace header.
+    pub tracer: Option<crate::otel::RequestTracer>,
 }
 
 impl Default for ServeOptions {
@@ -110,6 +113,7 @@ impl Default for ServeOptions {
             reload: None,
             tls: None,
             metrics_path: "/metrics".to_owned(),
+            tracer: None,
         }
     }
 }
@@ -260,8 +264,10 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
-            RateLimitServiceServer::new(grpc::RlsService::new(limiter.clone()))
-                .max_decoding_message_size(options.max_request_bytes),
+            RateLimitServiceServer::new(
+                grpc::RlsService::new(limiter.clone()).with_tracer(options.tracer.clone()),
+            )
+            .max_decoding_message_size(options.max_request_bytes),
         );
     let grpc_stop = draining.clone().cancelled_owned();
     // One boxed future either way: the plaintext and TLS incoming streams

@@ -6,11 +6,13 @@
 //! environment.
 
 mod flags;
+mod otlp;
 mod parse;
 mod redis;
 #[cfg(test)]
 mod tests;
 
+pub use flags::TracingExporterProtocol;
 pub use flags::{BackendType, LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs};
 pub use parse::parse_duration;
 use parse::{
@@ -73,6 +75,8 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
     pub metrics_max_series: usize,
+    /// `TRACING_ENABLED`: where and how spans are exported; `None` when off.
+    pub tracing: Option<crate::otel::TracingSettings>,
 }
 
 /// A setting that could not be understood.
@@ -301,6 +305,7 @@ impl Settings {
         )?;
 
         Ok(Self {
+            tracing: otlp::tracing_settings(args, &get)?,
             metrics_addr,
             near_limit_ratio,
             metrics_max_series: number(

@@ -13,6 +13,7 @@ mod hostile;
 mod http;
 mod metadata;
 mod model;
+mod otel;
 mod redis;
 mod reload;
 mod tls;
