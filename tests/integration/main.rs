@@ -17,3 +17,4 @@ mod otel;
 mod redis;
 mod reload;
 mod tls;
+mod xds;
