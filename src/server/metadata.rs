@@ -140,7 +140,98 @@ fn string(text: String) -> Value {
 mod tests {
     use super::*;
     use crate::descriptor::{Entry, RateLimitOverride, Unit};
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// The merge, said another way: a key takes its first value; when that
+    /// value is a map, it is the merge of every map under the key, in order
+    /// (values that are not maps are ignored after a map).
+    fn model(inputs: &[&Metadata]) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        for (i, input) in inputs.iter().enumerate() {
+            for key in input.keys() {
+                if out.contains_key(key) || inputs[..i].iter().any(|m| m.contains_key(key)) {
+                    continue;
+                }
+                let values = inputs.iter().filter_map(|m| m.get(key));
+                let merged = match &input[key] {
+                    serde_json::Value::Object(_) => {
+                        let maps: Vec<&Metadata> =
+                            values.filter_map(serde_json::Value::as_object).collect();
+                        model(&maps)
+                    }
+                    first => first.clone(),
+                };
+                out.insert(key.clone(), merged);
+            }
+        }
+        serde_json::Value::Object(out)
+    }
+
+    fn to_json(value: &Value) -> serde_json::Value {
+        match &value.kind {
+            Some(Kind::StructValue(s)) => serde_json::Value::Object(
+                s.fields
+                    .iter()
+                    .map(|(k, v)| (k.clone(), to_json(v)))
+                    .collect(),
+            ),
+            Some(Kind::ListValue(l)) => {
+                serde_json::Value::Array(l.values.iter().map(to_json).collect())
+            }
+            Some(Kind::StringValue(s)) => json!(s),
+            Some(Kind::NumberValue(n)) => json!(n),
+            Some(Kind::BoolValue(b)) => json!(b),
+            Some(Kind::NullValue(_)) | None => serde_json::Value::Null,
+        }
+    }
+
+    /// Integers as doubles, as the output holds every number.
+    fn doubled(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Number(n) => json!(n.as_f64().unwrap()),
+            serde_json::Value::Array(a) => a.iter().map(doubled).collect(),
+            serde_json::Value::Object(m) => {
+                serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), doubled(v))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            (-5i64..5).prop_map(serde_json::Value::from),
+            "[xy]{0,2}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(serde_json::Value::from),
+                prop::collection::btree_map("[abc]", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn metadata_map() -> impl Strategy<Value = Metadata> {
+        prop::collection::btree_map("[abc]", json_value(), 0..4)
+            .prop_map(|m| m.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn merge_matches_the_model(inputs in prop::collection::vec(metadata_map(), 0..5)) {
+            let shared: Vec<Arc<Metadata>> = inputs.iter().cloned().map(Arc::new).collect();
+            let merged = merge(&shared);
+            let got = to_json(&kind(Kind::StructValue(Struct { fields: merged })));
+            let refs: Vec<&Metadata> = inputs.iter().collect();
+            prop_assert_eq!(got, doubled(&model(&refs)));
+            // The rules are never written.
+            let again: Vec<Metadata> = shared.iter().map(|m| (**m).clone()).collect();
+            prop_assert_eq!(again, inputs);
+        }
+    }
 
     fn meta(value: serde_json::Value) -> Arc<Metadata> {
         match value {
