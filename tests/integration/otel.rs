@@ -4,10 +4,12 @@
 //! from W3C `traceparent` or B3 headers; the binary reads the reference's
 //! `TRACING_*` and the standard `OTEL_EXPORTER_OTLP_*` variables, samples
 //! parent-based, flushes on SIGTERM, and keeps answering when the collector
-//! is down.
+//! is down. Behind a real Envoy tracing with OpenTelemetry, floodgate's span
+//! is the child of Envoy's rate-limit call span.
 
 use crate::conformance::{connected, redis_config};
 use crate::hostile::Floodgate;
+use crate::support::envoy::Envoy;
 use crate::support::free_port;
 use crate::support::grpc::{TestServer, index, request};
 use crate::support::otlp::{OtlpReceiver, ReceivedSpan};
@@ -367,4 +369,102 @@ async fn the_binary_exports_over_grpc_and_flushes_on_sigterm() {
         collector.headers()[0].get("x-tenant").map(String::as_str),
         Some("acme corp")
     );
+}
+
+/// `e2e/envoy.yaml` with Envoy's OpenTelemetry tracer on the `edge`
+/// listener, sampling every request and exporting to the collector on
+/// `otlp_port` (gRPC), flushing often.
+fn with_envoy_tracing(config: &str, otlp_port: u16) -> String {
+    let anchor = "                stat_prefix: edge\n";
+    assert!(config.contains(anchor), "e2e/envoy.yaml changed shape");
+    let tracing = "                stat_prefix: edge
+                tracing:
+                  random_sampling: { value: 100 }
+                  provider:
+                    name: envoy.tracers.opentelemetry
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
+                      service_name: edge-proxy
+                      grpc_service:
+                        envoy_grpc: { cluster_name: otel }
+                        timeout: 2s
+";
+    format!(
+        "{}
+    - name: otel
+      type: STATIC
+      connect_timeout: 1s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config:
+            http2_protocol_options: {{}}
+      load_assignment:
+        cluster_name: otel
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{ address: 127.0.0.1, port_value: {otlp_port} }}
+
+layered_runtime:
+  layers:
+    - name: flush_often
+      static_layer:
+        tracing.opentelemetry.flush_interval_ms: 100
+        tracing.opentelemetry.min_flush_spans: 1
+",
+        config.replacen(anchor, tracing, 1).trim_end()
+    )
+}
+
+#[tokio::test]
+async fn behind_envoy_the_call_span_is_a_child_of_envoys_rate_limit_span() {
+    let collector = OtlpReceiver::grpc().await;
+    let tracing =
+        Tracing::start(&settings(ExportProtocol::Grpc, collector.endpoint.clone())).unwrap();
+    let server = traced_server(&tracing).await;
+    let otlp_port: u16 = collector
+        .endpoint
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let envoy = Envoy::start_edited(server.grpc_addr.port(), |config| {
+        with_envoy_tracing(&config, otlp_port)
+    })
+    .await;
+    let response = envoy.get("/", &[("x-user-id", "traced")]).await;
+    assert_eq!(response.status, 200, "envoy log:\n{}", envoy.log());
+
+    // floodgate's call span, and Envoy's spans of the same trace.
+    let is_envoy =
+        |s: &ReceivedSpan| s.resource.get("service.name").map(String::as_str) == Some("edge-proxy");
+    let spans = collector
+        .wait_for(ARRIVE_WITHIN, |spans| {
+            spans.iter().filter(|s| s.name == CALL_SPAN).any(|call| {
+                spans
+                    .iter()
+                    .any(|s| is_envoy(s) && s.span_id == call.parent_span_id)
+            })
+        })
+        .await;
+    let call = spans.iter().find(|s| s.name == CALL_SPAN).unwrap();
+    let parent = spans
+        .iter()
+        .find(|s| s.span_id == call.parent_span_id)
+        .unwrap();
+    assert!(is_envoy(parent), "{parent:#?}");
+    assert_eq!(parent.trace_id, call.trace_id);
+    assert_eq!(
+        parent.name,
+        "async envoy.service.ratelimit.v3.RateLimitService.ShouldRateLimit egress"
+    );
+    // floodgate's own spans: the call and its store round trip.
+    let ours: Vec<ReceivedSpan> = spans.iter().filter(|s| !is_envoy(s)).cloned().collect();
+    linked(&ours, &call.trace_id, &call.parent_span_id);
+    drop(envoy);
+    server.shutdown().await;
+    tracing.shutdown().await.unwrap();
 }

@@ -50,9 +50,15 @@ impl Envoy {
     /// waits until its admin endpoint reports ready. Retries on a port
     /// collision; panics with Envoy's log if it never gets ready.
     pub async fn start(rls_port: u16) -> Self {
+        Self::start_edited(rls_port, |config| config).await
+    }
+
+    /// Like [`Envoy::start`], with the template (ports filled in) passed
+    /// through `edit` first, e.g. to add tracing.
+    pub async fn start_edited(rls_port: u16, edit: impl Fn(String) -> String) -> Self {
         let mut last_log = String::new();
         for _ in 0..3 {
-            match Self::spawn(rls_port).await {
+            match Self::spawn(rls_port, &edit).await {
                 Ok(envoy) => return envoy,
                 Err(log) => last_log = log,
             }
@@ -60,7 +66,7 @@ impl Envoy {
         panic!("envoy did not get ready; last log:\n{last_log}");
     }
 
-    async fn spawn(rls_port: u16) -> Result<Self, String> {
+    async fn spawn(rls_port: u16, edit: &impl Fn(String) -> String) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
         let (listen, upstream, admin) = (free_port(), free_port(), free_port());
         let config = template()
@@ -73,7 +79,7 @@ impl Envoy {
                 &dir.path().join("access.log").display().to_string(),
             );
         let config_path = dir.path().join("envoy.yaml");
-        std::fs::write(&config_path, config).unwrap();
+        std::fs::write(&config_path, edit(config)).unwrap();
         let log = std::fs::File::create(dir.path().join("envoy.log")).unwrap();
         // --disable-hot-restart: no shared memory, so parallel tests never
         // clash over a base id.
