@@ -6,7 +6,8 @@
 //!
 //! Cost: with tracing off nothing here runs on the request path; the gRPC
 //! service holds no [`RequestTracer`] and never reads a header, and the
-//! store wrapper finds no span in the (empty) current context. With tracing
+//! store wrapper is one relaxed atomic load returning the store's own
+//! future. With tracing
 //! on, a call costs two spans; export never blocks a request: spans go to a
 //! bounded queue (dropped when full) that a dedicated thread drains, so a
 //! dead or slow collector never slows or fails a call.
@@ -15,6 +16,7 @@
 
 mod propagation;
 
+use futures_util::future::Either;
 use opentelemetry::trace::{
     FutureExt as _, SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _,
 };
@@ -27,6 +29,7 @@ use opentelemetry_sdk::trace::{
 };
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Service name when `TRACING_SERVICE_NAME` is not set (the reference's).
@@ -170,6 +173,7 @@ impl Tracing {
                     .build(),
             )
             .build();
+        STARTED.store(true, Ordering::Relaxed);
         let provider = SdkTracerProvider::builder()
             .with_span_processor(batches)
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
@@ -303,14 +307,21 @@ struct StoreSpan {
     name: &'static str,
 }
 
+/// Set once any [`Tracing`] has started in this process: until then the
+/// store wrapper costs one relaxed load and does not look at the context.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
 /// Wraps one store round trip in a child span of the current call, when the
-/// call is traced; otherwise returns `fut` as it is, after one look at the
-/// (empty) current context.
-pub(crate) fn store_round_trip<F, T, E>(fut: F) -> impl Future<Output = Result<T, E>>
+/// call is traced; otherwise returns `fut` itself (after one atomic load
+/// while no tracing was ever started, one look at the current context after).
+pub(crate) fn store_round_trip<F, T, E>(fut: F) -> Either<F, impl Future<Output = Result<T, E>>>
 where
     F: Future<Output = Result<T, E>>,
     E: fmt::Display,
 {
+    if !STARTED.load(Ordering::Relaxed) {
+        return Either::Left(fut);
+    }
     let traced = Context::map_current(|cx| {
         cx.get::<StoreSpan>().map(|store| {
             let span = store
@@ -321,10 +332,10 @@ where
             cx.with_span(span)
         })
     });
-    async move {
-        let Some(cx) = traced else {
-            return fut.await;
-        };
+    let Some(cx) = traced else {
+        return Either::Left(fut);
+    };
+    Either::Right(async move {
         let result = fut.with_context(cx.clone()).await;
         let span = cx.span();
         if let Err(err) = &result {
@@ -332,7 +343,7 @@ where
         }
         span.end();
         result
-    }
+    })
 }
 
 /// A random UUID (version 4) for `service.instance.id`, as the reference
