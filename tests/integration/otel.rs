@@ -468,3 +468,28 @@ async fn behind_envoy_the_call_span_is_a_child_of_envoys_rate_limit_span() {
     server.shutdown().await;
     tracing.shutdown().await.unwrap();
 }
+
+#[test]
+fn an_https_collector_is_a_startup_error() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .env_clear()
+        .env("TRACING_ENABLED", "true")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr
+            .contains("OTEL_EXPORTER_OTLP_ENDPOINT='https://collector:4318' is not an http:// URL"),
+        "{stderr}"
+    );
+}
