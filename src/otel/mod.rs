@@ -115,7 +115,6 @@ pub enum TracingError {
 #[derive(Debug)]
 pub struct Tracing {
     provider: SdkTracerProvider,
-    instance_id: String,
 }
 
 impl Tracing {
@@ -189,15 +188,7 @@ impl Tracing {
             otel.sampling_rate = settings.sampling_rate,
             "exporting traces"
         );
-        Ok(Self {
-            provider,
-            instance_id,
-        })
-    }
-
-    /// The `service.instance.id` in force (generated when not set).
-    pub fn instance_id(&self) -> &str {
-        &self.instance_id
+        Ok(Self { provider })
     }
 
     /// What the gRPC service starts call spans with.
@@ -211,8 +202,8 @@ impl Tracing {
     ///
     /// # Errors
     ///
-    /// [`TracingError::Flush`] when the last export fails (the collector is
-    /// down, say).
+    /// [`TracingError::Flush`] when the last export does not end within
+    /// 10 s. (A failed export is logged, at `error`, not returned.)
     pub async fn shutdown(self) -> Result<(), TracingError> {
         // Shutting down blocks until the batch thread has exported, and a
         // gRPC export needs this runtime: block on a blocking-pool thread.
