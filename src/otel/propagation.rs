@@ -202,6 +202,39 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn every_form_carries_the_same_ids(
+            trace in 1u128..,
+            span in 1u64..,
+            sampled: bool,
+        ) {
+            let (t, sp) = (format!("{trace:032x}"), format!("{span:016x}"));
+            let want = Some((t.clone(), sp.clone(), sampled));
+            let flag = if sampled { "1" } else { "0" };
+            let tp = format!("00-{t}-{sp}-0{flag}");
+            proptest::prop_assert_eq!(&parent(&[("traceparent", &tp)]), &want);
+            let single = format!("{t}-{sp}-{flag}");
+            proptest::prop_assert_eq!(&parent(&[("b3", &single)]), &want);
+            proptest::prop_assert_eq!(
+                parent(&[("x-b3-traceid", &t), ("x-b3-spanid", &sp), ("x-b3-sampled", flag)]),
+                want
+            );
+        }
+
+        #[test]
+        fn any_header_value_is_read_without_panicking(
+            value in "[0-9a-fA-Fxz -]{0,80}",
+            name in proptest::sample::select(vec![
+                "traceparent", "tracestate", "b3", "x-b3-traceid", "x-b3-spanid",
+                "x-b3-sampled", "x-b3-flags",
+            ]),
+        ) {
+            let _ = parent(&[(name, &value)]);
+            let _ = parent(&[("x-b3-traceid", &value), ("x-b3-spanid", &value)]);
+        }
+    }
+
     #[test]
     fn b3_wins_over_traceparent_as_in_the_reference() {
         let tp = "00-11111111111111111111111111111111-2222222222222222-01";
