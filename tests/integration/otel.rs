@@ -273,9 +273,7 @@ async fn traced_binary(collector: &OtlpReceiver, extra: &[(&str, &str)]) -> Floo
     Floodgate::start(&env).await
 }
 
-// Two workers: `Floodgate::stop` blocks the test's thread while the client
-// connection closes on a worker (see the gRPC test below).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn the_binary_samples_by_parent_and_rate_and_exports_over_http() {
     let collector = OtlpReceiver::http().await;
     let floodgate = traced_binary(
@@ -325,9 +323,9 @@ async fn the_binary_samples_by_parent_and_rate_and_exports_over_http() {
     floodgate.stop().await;
 }
 
-// Two workers: `Floodgate::stop` waits for the process by blocking one,
-// while the collector must go on answering the export made at shutdown.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The collector runs on this test's runtime: it must answer the export
+// made at shutdown while `Floodgate::stop` waits (on the runtime).
+#[tokio::test]
 async fn the_binary_exports_over_grpc_and_flushes_on_sigterm() {
     let collector = OtlpReceiver::grpc().await;
     let grpc_authority = collector.endpoint.trim_start_matches("http://").to_owned();
