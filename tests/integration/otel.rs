@@ -208,7 +208,7 @@ async fn grpc_export_joins_the_callers_trace_from_w3c_and_b3_headers() {
 
 #[tokio::test]
 async fn the_redis_round_trip_is_a_child_span() {
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     let store = connected(redis_config(RedisMode::Single, redis.addr())).await;
     let collector = OtlpReceiver::http().await;
     let endpoint = format!("{}/v1/traces", collector.endpoint);
@@ -227,8 +227,27 @@ async fn the_redis_round_trip_is_a_child_span() {
         .wait_for(ARRIVE_WITHIN, |spans| of_trace(spans, W3C_TRACE).len() == 2)
         .await;
     // Two descriptors, one round trip: one store span.
-    let (call, _) = linked_via(&spans, W3C_TRACE, PARENT, "Redis Pipeline Execution");
+    let (call, store) = linked_via(&spans, W3C_TRACE, PARENT, "Redis Pipeline Execution");
     assert_eq!(call.attributes["rl.descriptors"], "2");
+    assert_ne!(store.status_code, STATUS_ERROR);
+
+    // Redis gone: both spans say so, the call with the status answered.
+    redis.stop();
+    let failing = format!("00-{B3_TRACE}-{PARENT}-01");
+    let code = call_with(
+        &mut client,
+        request("edge", &[&[("user", "redis")]]),
+        &[("traceparent", &failing)],
+    )
+    .await;
+    assert_eq!(code, tonic::Code::Unavailable);
+    let spans = collector
+        .wait_for(ARRIVE_WITHIN, |spans| of_trace(spans, B3_TRACE).len() == 2)
+        .await;
+    let (call, store) = linked_via(&spans, B3_TRACE, PARENT, "Redis Pipeline Execution");
+    assert_eq!(call.status_code, STATUS_ERROR);
+    assert_eq!(call.attributes["rpc.grpc.status_code"], "14");
+    assert_eq!(store.status_code, STATUS_ERROR);
     server.shutdown().await;
     tracing.shutdown().await.unwrap();
 }
