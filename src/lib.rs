@@ -15,6 +15,8 @@
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
 //! - [`metrics`]: every metric, rendered for Prometheus.
 //! - [`insight`]: operator views that never count (top lists by domain).
+//! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
+//!   over OTLP when `TRACING_ENABLED`.
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
@@ -34,6 +36,7 @@ pub mod descriptor;
 pub mod insight;
 pub mod limiter;
 pub mod metrics;
+pub mod otel;
 pub mod server;
 pub mod settings;
 pub mod shutdown;

@@ -15,6 +15,8 @@ use floodgate::config::xds::XdsClient;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::metrics::Metrics;
+use floodgate::otel::{Tracing, TracingError};
+use floodgate::server::ServeError;
 use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
 use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
@@ -155,6 +157,15 @@ fn print_config_error(err: &ConfigError) {
     }
 }
 
+/// What stops `serve` after the runtime started.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(transparent)]
+    Serve(ServeError),
+    #[error("cannot start tracing")]
+    Tracing(#[source] TracingError),
+}
+
 fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     let settings = match Settings::resolve(args, env) {
         Ok(settings) => settings,
@@ -277,7 +288,8 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             settings.http_addr,
             settings.metrics_addr,
         )
-        .await?;
+        .await
+        .map_err(StartError::Serve)?;
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
             Limiter::new(
@@ -288,15 +300,27 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             )
             .with_metrics(Arc::new(metrics)),
         );
+        // Inside the runtime: the gRPC exporter's connection runs on it.
+        let tracing = match &settings.tracing {
+            Some(tracing) => Some(Tracing::start(tracing).map_err(StartError::Tracing)?),
+            None => None,
+        };
         let serve_options = ServeOptions {
             reload,
             rule_feed,
+            tracer: tracing.as_ref().map(Tracing::request_tracer),
             ..settings.serve
         };
         let served = server::serve(limiter, listeners, serve_options, token.clone()).await;
         token.cancel();
         stop_xds(xds_task).await;
-        served
+        // Last in the shutdown order: export the spans still queued.
+        if let Some(tracing) = tracing
+            && let Err(err) = tracing.shutdown().await
+        {
+            tracing::warn!(error = &err as &dyn Error, "spans lost at shutdown");
+        }
+        served.map_err(StartError::Serve)
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,7 +29,7 @@
 //! matched against the entry's value alone, which removes that ambiguity and
 //! is otherwise equivalent.
 
-pub use super::rule::{Algorithm, Limit, PathStep, Policy, Rule};
+pub use super::rule::{Algorithm, Limit, Metadata, PathStep, Policy, Rule};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
 

@@ -207,11 +207,13 @@ impl<S: Store> Limiter<S> {
                 None => Vec::new(),
             };
             let started = std::time::Instant::now();
+            // A child span of the call's when it is traced.
+            let execute = crate::otel::store_round_trip(self.store.execute(batch, now));
             let result = match deadline {
-                Some(deadline) => tokio::time::timeout(deadline, self.store.execute(batch, now))
+                Some(deadline) => tokio::time::timeout(deadline, execute)
                     .await
                     .unwrap_or(Err(StoreError::Timeout)),
-                None => self.store.execute(batch, now).await,
+                None => execute.await,
             };
             self.metrics.observe_store(started.elapsed());
             match result {

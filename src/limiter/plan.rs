@@ -4,7 +4,7 @@
 
 use super::Limiter;
 use crate::algorithm::{FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec};
-use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
+use crate::config::{Algorithm, Index, Limit, Lookup, Metadata, Policy};
 use crate::descriptor::Descriptor;
 use crate::store::{CounterId, Store};
 use std::borrow::Cow;
@@ -29,6 +29,8 @@ pub(super) enum Plan<'a> {
         shared: Vec<(usize, &'a str)>,
         /// The reference's stats key of this descriptor.
         stats_key: Cow<'a, str>,
+        /// The rule's `metadata` (never for an override).
+        metadata: Option<&'a Arc<Metadata>>,
     },
 }
 
@@ -167,6 +169,7 @@ impl<S: Store> Limiter<S> {
                 replaces: &[],
                 shared: Vec::new(),
                 stats_key: Cow::Owned(runtime_stats_key(domain, descriptor)),
+                metadata: None,
             };
         }
         match index.lookup(domain, &descriptor.entries) {
@@ -185,6 +188,7 @@ impl<S: Store> Limiter<S> {
                     replaces: &matched.rule.replaces,
                     stats_key: matched.stats_key_cow(&descriptor.entries),
                     shared: matched.shared,
+                    metadata: matched.rule.metadata.as_ref(),
                 },
             },
         }

@@ -4,7 +4,7 @@
 use super::Limiter;
 use super::pick::{Overall, pick};
 use super::plan::{Pending, Plan};
-use crate::config::Limit;
+use crate::config::{Limit, Metadata};
 use crate::descriptor::Unit;
 use crate::metrics::RuleHit;
 use crate::store::Store;
@@ -69,6 +69,11 @@ pub struct Response {
     pub statuses: Vec<Status>,
     /// `RateLimit-*` headers for the most constrained descriptor, when enabled.
     pub response_headers: Vec<(Arc<str>, String)>,
+    /// `RESPONSE_DYNAMIC_METADATA`: the `metadata` of the matched rules whose
+    /// descriptors passed (not over the limit, not unlimited, not replaced),
+    /// in request order, for the server to merge (first value wins); `None`
+    /// when the setting is off.
+    pub dynamic_metadata: Option<Vec<Arc<Metadata>>>,
 }
 
 /// Names of the three rate-limit response headers.
@@ -104,6 +109,7 @@ impl<S: Store> Limiter<S> {
     pub(super) fn respond(&self, plans: &[Plan<'_>], slots: &[Pending]) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
         let mut overall = Overall::default();
+        let mut passed_metadata = self.options.dynamic_metadata.then(Vec::new);
         let mut slots = slots.iter().peekable();
         for (i, plan) in plans.iter().enumerate() {
             let status = match plan {
@@ -114,6 +120,7 @@ impl<S: Store> Limiter<S> {
                     shadow_mode,
                     quota_mode,
                     stats_key,
+                    metadata,
                     ..
                 } => {
                     let picked = pick(
@@ -146,6 +153,11 @@ impl<S: Store> Limiter<S> {
                         self.metrics.record_shadow(stats_key, picked.shadow_denied);
                     }
                     let status = picked.status(limits, *shadow_mode);
+                    if let (Some(passed), Some(metadata), Code::Ok) =
+                        (&mut passed_metadata, metadata, status.code)
+                    {
+                        passed.push(Arc::clone(metadata));
+                    }
                     overall.add(&status, *quota_mode);
                     status
                 }
@@ -171,6 +183,7 @@ impl<S: Store> Limiter<S> {
             overall_code,
             statuses,
             response_headers,
+            dynamic_metadata: passed_metadata,
         }
     }
 }

@@ -15,6 +15,7 @@ pub use explain::{ExplainError, explain_offline};
 
 use super::health::Health;
 use crate::config::{Algorithm, Policy, ReloadStats, Rule};
+use crate::descriptor::Request;
 use crate::limiter::{Code, LimitError, Limiter, Response};
 use crate::store::StoreKind;
 use axum::Router;
@@ -133,20 +134,20 @@ async fn json(State(state): State<AppState>, body: Body) -> HttpResponse {
     if decision.is_err() {
         metrics.record_service_error();
     }
-    answer(decision)
+    answer(decision, &request)
 }
 
 /// The one mapping from a decision to an HTTP answer: 200 OK, 429
 /// OVER_LIMIT, 400 invalid request, 503 store failure (cause logged, not
 /// sent).
-fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
+fn answer(decision: Result<Response, LimitError>, request: &Request) -> HttpResponse {
     match decision {
         Ok(response) => {
             let status = match response.overall_code {
                 Code::Ok => StatusCode::OK,
                 Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
             };
-            let body = JsonResponse::from(response);
+            let body = JsonResponse::answering(response, request);
             match serde_json::to_vec(&body) {
                 Ok(bytes) => {
                     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()

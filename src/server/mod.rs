@@ -12,6 +12,7 @@
 mod grpc;
 mod health;
 mod http;
+mod metadata;
 pub mod proto;
 mod tls;
 
@@ -105,6 +106,9 @@ pub struct ServeOptions {
     /// follows each rule set it applies, and metrics report its load
     /// counters. `None` without xDS.
     pub rule_feed: Option<RuleFeed>,
+    /// `TRACING_ENABLED`: span every `ShouldRateLimit` call; `None` traces
+    /// nothing and reads no trace header.
+    pub tracer: Option<crate::otel::RequestTracer>,
 }
 
 impl Default for ServeOptions {
@@ -118,6 +122,7 @@ impl Default for ServeOptions {
             tls: None,
             metrics_path: "/metrics".to_owned(),
             rule_feed: None,
+            tracer: None,
         }
     }
 }
@@ -272,8 +277,10 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
-            RateLimitServiceServer::new(grpc::RlsService::new(limiter.clone()))
-                .max_decoding_message_size(options.max_request_bytes),
+            RateLimitServiceServer::new(
+                grpc::RlsService::new(limiter.clone()).with_tracer(options.tracer.clone()),
+            )
+            .max_decoding_message_size(options.max_request_bytes),
         );
     let grpc_stop = draining.clone().cancelled_owned();
     // One boxed future either way: the plaintext and TLS incoming streams

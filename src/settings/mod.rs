@@ -6,12 +6,14 @@
 //! environment.
 
 mod flags;
+mod otlp;
 mod parse;
 mod redis;
 #[cfg(test)]
 mod tests;
 mod xds;
 
+pub use flags::TracingExporterProtocol;
 pub use flags::{BackendType, LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs};
 pub use parse::parse_duration;
 use parse::{
@@ -81,6 +83,8 @@ pub struct Settings {
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the
     /// first rules arrive instead of waiting for them.
     pub force_start_without_initial_config: bool,
+    /// `TRACING_ENABLED`: where and how spans are exported; `None` when off.
+    pub tracing: Option<crate::otel::TracingSettings>,
 }
 
 /// A setting that could not be understood.
@@ -314,6 +318,7 @@ impl Settings {
                 args.xds_args.force_start_without_initial_config,
                 "FORCE_START_WITHOUT_INITIAL_CONFIG",
             )?,
+            tracing: otlp::tracing_settings(args, &get)?,
             metrics_addr,
             near_limit_ratio,
             metrics_max_series: number(
@@ -355,6 +360,10 @@ impl Settings {
                     get("LOCAL_CACHE_SIZE_IN_BYTES"),
                     "LOCAL_CACHE_SIZE_IN_BYTES",
                     0,
+                )?,
+                dynamic_metadata: flag(
+                    args.response_dynamic_metadata,
+                    "RESPONSE_DYNAMIC_METADATA",
                 )?,
             },
             memory_store_max_bytes: number(
