@@ -13,8 +13,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use floodgate::clock::SystemClock;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
+use floodgate::metrics::Mapper;
 use floodgate::metrics::Metrics;
-use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
+use floodgate::server::{self, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
 use floodgate::telemetry::error_chain;
@@ -116,6 +117,33 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         eprintln!("error: {}", error_chain(&err));
         return ExitCode::FAILURE;
     }
+    for (var, why) in &settings.stats.ignored {
+        tracing::debug!(
+            setting = var,
+            reason = why,
+            "reference setting accepted and ignored"
+        );
+    }
+    // The mapping file is checked before any port is bound, like the rules.
+    let mapper = if settings.metrics_addr.is_some() {
+        let mapper = match &settings.stats.mapper_yaml {
+            Some(path) => match Mapper::from_file(path) {
+                Ok(mapper) => mapper,
+                Err(err) => {
+                    eprintln!(
+                        "error: PROMETHEUS_MAPPER_YAML {}: {}",
+                        path.display(),
+                        error_chain(&err)
+                    );
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => Mapper::reference_default(settings.stats.response_time_as_ms),
+        };
+        Some(Arc::new(mapper))
+    } else {
+        None
+    };
     // Rules are validated before any port is bound: a bad file never
     // produces a half-started service.
     let options = LoadOptions {
@@ -179,6 +207,14 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             settings.metrics_addr,
         )
         .await?;
+        let debug = match settings.stats.debug_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| ServeError::Bind { addr, source })?,
+            ),
+            None => None,
+        };
         let rules = Arc::new(arc_swap::ArcSwap::from_pointee(index));
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
@@ -194,9 +230,14 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         tokio::spawn(shutdown::cancel_on_signal(token.clone()));
         let serve_options = ServeOptions {
             reload: Some(reload),
+            stats: StatsExport {
+                mapper,
+                extra_tags: settings.stats.extra_tags.clone(),
+                statsd: settings.stats.statsd.clone(),
+            },
             ..settings.serve
         };
-        server::serve(limiter, listeners, serve_options, token).await
+        server::serve_with_debug(limiter, listeners, debug, serve_options, token).await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -131,6 +131,9 @@ pub struct ServeArgs {
     /// Redis and counting settings.
     #[command(flatten)]
     pub store_args: StoreArgs,
+    /// Stats sinks and the debug listener.
+    #[command(flatten)]
+    pub stats_args: StatsArgs,
 }
 
 /// What to answer when the store fails.
