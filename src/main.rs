@@ -54,8 +54,26 @@ struct CheckArgs {
     ignore_dotfiles: bool,
 }
 
+/// The command line; run as `ratelimit` (Envoy Gateway's `/bin/ratelimit`,
+/// the reference's binary name) without a subcommand, floodgate serves, as
+/// the reference does.
+fn command_line() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_reference = args
+        .first()
+        .and_then(|arg0| std::path::Path::new(arg0).file_name())
+        .is_some_and(|name| name == "ratelimit");
+    let has_subcommand = args
+        .get(1)
+        .is_some_and(|a| a == "serve" || a == "check-config" || a == "help");
+    if as_reference && !has_subcommand {
+        args.insert(1.min(args.len()), "serve".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(command_line());
     let env: Env = std::env::vars().collect();
     match cli.command {
         Command::Serve(args) => run_serve(&args, &env),
