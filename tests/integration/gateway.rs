@@ -41,8 +41,9 @@ struct Process {
 }
 
 impl Process {
-    /// Starts `binary` (no arguments) with exactly `env`, and waits until
-    /// the HTTP port answers `/healthcheck` 200.
+    /// Starts `binary` (no arguments) in `dir` (kept until dropped) with
+    /// exactly `env`, and waits until the HTTP port answers `/healthcheck`
+    /// 200.
     async fn start(
         binary: &Path,
         env: &[(&str, String)],
@@ -51,6 +52,7 @@ impl Process {
     ) -> Self {
         let mut command = Command::new(binary);
         command
+            .current_dir(dir.path())
             .env_clear()
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
@@ -231,7 +233,14 @@ async fn envoy_gateway_deployment_runs_unchanged() {
         ("GRPC_PORT", grpc_port.to_string()),
         ("DEBUG_PORT", debug_port.to_string()),
     ];
-    let process = Process::start(&binary, &env, http_port, tempfile::tempdir().unwrap()).await;
+    // A read-only, empty working directory and no HOME or TMPDIR: the
+    // process must need no writable place (the image runs on a read-only
+    // root filesystem).
+    let work = tempfile::tempdir().unwrap();
+    let mode = |m| std::os::unix::fs::PermissionsExt::from_mode(m);
+    std::fs::set_permissions(work.path(), mode(0o555)).unwrap();
+    let work_path = work.path().to_owned();
+    let process = Process::start(&binary, &env, http_port, work).await;
 
     // gRPC over TLS with the PKCS#1 key.
     let tls = ClientTlsConfig::new()
@@ -372,6 +381,9 @@ async fn envoy_gateway_deployment_runs_unchanged() {
         sample(&own, "process_resident_memory_bytes").is_some(),
         "{own}"
     );
+    let written = std::fs::read_dir(&work_path).unwrap().count();
+    std::fs::set_permissions(&work_path, mode(0o755)).unwrap();
+    assert_eq!(written, 0, "a file was written in the working directory");
     drop(process);
 }
 
@@ -652,4 +664,122 @@ fn the_reference_binary_name_serves_without_a_subcommand() {
         String::from_utf8_lossy(&out.stderr).contains("STATSD_PROTOCOL"),
         "{out:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dogstatsd_sends_tags_and_applies_mogrifiers() {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let _process = start_and_run_sequence(&[
+        ("USE_STATSD", "false".to_owned()),
+        ("USE_DOG_STATSD", "true".to_owned()),
+        ("STATSD_HOST", "127.0.0.1".to_owned()),
+        ("STATSD_PORT", port.to_string()),
+        ("STATS_FLUSH_INTERVAL", "100ms".to_owned()),
+        ("EXTRA_TAGS", "env:test".to_owned()),
+        ("USE_DOG_STATSD_MOGRIFIERS", "RULE".to_owned()),
+        (
+            "DOG_STATSD_MOGRIFIER_RULE_PATTERN",
+            r"^ratelimit\.service\.rate_limit\.([^.]+)\.(.+)\.(total_hits)$".to_owned(),
+        ),
+        (
+            "DOG_STATSD_MOGRIFIER_RULE_NAME",
+            "ratelimit.rule.$3".to_owned(),
+        ),
+        (
+            "DOG_STATSD_MOGRIFIER_RULE_TAGS",
+            "domain:$1,descriptor:$2".to_owned(),
+        ),
+    ])
+    .await;
+    // Over UDP (DogStatsD's transport), summed per name and tag set.
+    let want = [
+        (
+            "ratelimit.rule.total_hits|c|#env:test,descriptor:user,domain:edge",
+            3,
+        ),
+        (
+            "ratelimit.rule.total_hits|c|#env:test,descriptor:route_r1.user,domain:edge",
+            2,
+        ),
+        (
+            "ratelimit.service.rate_limit.edge.user.over_limit|c|#env:test",
+            1,
+        ),
+        (
+            "ratelimit_server.ShouldRateLimit.total_requests|c|#env:test",
+            6,
+        ),
+    ];
+    let mut sums: HashMap<String, u64> = HashMap::new();
+    let mut buf = vec![0_u8; 65_536];
+    let arrived = |sums: &HashMap<String, u64>| {
+        want.iter()
+            .all(|(key, n)| sums.get(*key).copied().unwrap_or(0) >= *n)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !arrived(&sums) && Instant::now() < deadline {
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(200), socket.recv(&mut buf)).await
+        {
+            for line in std::str::from_utf8(&buf[..n]).unwrap().lines() {
+                // name:value|type|#tags -> key "name|type|#tags"
+                let (name, rest) = line.split_once(':').unwrap();
+                let (value, suffix) = rest.split_once('|').unwrap();
+                if suffix.starts_with("ms") {
+                    continue;
+                }
+                *sums.entry(format!("{name}|{suffix}")).or_default() +=
+                    value.parse::<u64>().unwrap();
+            }
+        }
+    }
+    for (key, n) in want {
+        assert_eq!(sums.get(key).copied(), Some(n), "{key} in {sums:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_with_the_built_in_mapping_at_its_path() {
+    let prom_port = free_port();
+    let _process = start_and_run_sequence(&[
+        ("USE_PROMETHEUS", "true".to_owned()),
+        ("PROMETHEUS_ADDR", format!("127.0.0.1:{prom_port}")),
+        ("PROMETHEUS_PATH", "/stats/prometheus".to_owned()),
+    ])
+    .await;
+    let prom: SocketAddr = format!("127.0.0.1:{prom_port}").parse().unwrap();
+    assert_eq!(get(prom, "/metrics").await.status, 404);
+    let answer = get(prom, "/stats/prometheus").await;
+    assert_eq!(answer.status, 200);
+    let text = answer.body;
+    let method = "grpc_method=\"ShouldRateLimit\"";
+    for (series, value) in [
+        (
+            "ratelimit_service_rate_limit_total_hits{domain=\"edge\",key1=\"user\"}".to_owned(),
+            3.0,
+        ),
+        (
+            "ratelimit_service_rate_limit_over_limit{domain=\"edge\",key1=\"route_r1\",key2=\"user\"}"
+                .to_owned(),
+            1.0,
+        ),
+        (format!("ratelimit_service_total_requests{{{method}}}"), 6.0),
+        // Seconds (scale 0.001): every call well under 10 s.
+        (
+            format!("ratelimit_service_response_time_seconds_bucket{{{method},le=\"10\"}}"),
+            6.0,
+        ),
+        (
+            format!("ratelimit_service_response_time_seconds_count{{{method}}}"),
+            6.0,
+        ),
+        // Unmapped by the built-in mapping: its escaped statsd name.
+        (
+            "ratelimit_service_rate_limit_ghost_domain_not_found".to_owned(),
+            1.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, &series), Some(value), "{series} in\n{text}");
+    }
 }
