@@ -261,17 +261,18 @@ fn ignored<'a>(
             "the rule directory is polled, which sees both a swap of the root and changes inside it",
         ));
     }
-    if let Some(kind) = get("REDIS_SOCKET_TYPE") {
+    for var in ["REDIS_SOCKET_TYPE", "REDIS_PERSECOND_SOCKET_TYPE"] {
+        let Some(kind) = get(var) else { continue };
         if !matches!(kind.to_ascii_lowercase().as_str(), "tcp" | "unix") {
             return Err(SettingsError::InvalidEnv {
-                var: "REDIS_SOCKET_TYPE",
+                var,
                 value: kind.to_owned(),
                 expected: "tcp or unix",
             });
         }
         ignored.push((
-            "REDIS_SOCKET_TYPE",
-            "REDIS_URL says it: a path or unix:// is a unix socket, host:port is tcp",
+            var,
+            "the URL says it: a path or unix:// is a unix socket, host:port is tcp",
         ));
     }
     Ok(ignored)

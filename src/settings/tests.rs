@@ -436,6 +436,20 @@ fn statsd_follows_the_reference_defaults_and_exclusions() {
     }
     let s = resolve(&[], &[("USE_STATSD", "false")]).unwrap();
     assert!(s.stats.statsd.is_none());
+    assert!(!s.stats.response_time_as_ms);
+    let s = resolve(
+        &[],
+        &[
+            ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
+            ("REDIS_PERSECOND_SOCKET_TYPE", "unix"),
+        ],
+    )
+    .unwrap();
+    assert!(s.stats.response_time_as_ms);
+    assert_eq!(
+        s.stats.ignored,
+        [("REDIS_PERSECOND_SOCKET_TYPE", s.stats.ignored[0].1)]
+    );
     let s = resolve(
         &[],
         &[("DISABLE_STATS", "true"), ("USE_PROMETHEUS", "true")],
@@ -510,4 +524,52 @@ fn dogstatsd_mogrifiers_come_from_the_environment() {
         let err = resolve(&[], &vars).unwrap_err().to_string();
         assert!(err.contains(want), "{err}");
     }
+}
+
+#[test]
+fn remaining_reference_variables_reach_their_options() {
+    let s = resolve(
+        &[],
+        &[
+            ("RUNTIME_ROOT", "/srv/rt"),
+            ("RUNTIME_APPDIRECTORY", "rules"),
+            ("MERGE_DOMAIN_CONFIG", "true"),
+            ("QUOTA_MODE", "true"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_LIMIT_HEADER", "X-Limit"),
+            ("LIMIT_REMAINING_HEADER", "X-Remaining"),
+            ("REDIS_URL", "mymaster,127.0.0.1:26379,127.0.0.1:26380"),
+            ("REDIS_TYPE", "SENTINEL"),
+            ("REDIS_POOL_SIZE", "4"),
+            ("REDIS_SENTINEL_AUTH", "sentinel-secret"),
+            ("REDIS_PERSECOND", "true"),
+            ("REDIS_PERSECOND_URL", "127.0.0.1:6380"),
+            ("REDIS_PERSECOND_POOL_SIZE", "3"),
+            ("REDIS_PERSECOND_AUTH", "per-second-secret"),
+            ("REDIS_PERSECOND_SENTINEL_AUTH", "ps-sentinel"),
+            ("REDIS_PERSECOND_TIMEOUT", "40ms"),
+            ("REDIS_PERSECOND_TLS", "true"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(s.config_dir, PathBuf::from("/srv/rt/rules"));
+    assert!(s.merge_domain_config);
+    assert!(s.limiter.global_quota_mode);
+    let headers = s.limiter.response_headers.unwrap();
+    assert_eq!(
+        (&*headers.limit, &*headers.remaining),
+        ("X-Limit", "X-Remaining")
+    );
+    let redis = s.redis.unwrap();
+    assert_eq!(redis.main.mode, RedisMode::Sentinel);
+    assert_eq!(redis.main.pool_size, 4);
+    assert_eq!(redis.main.sentinel_auth.as_deref(), Some("sentinel-secret"));
+    assert!(redis.main.tls.is_none());
+    let second = redis.per_second.unwrap();
+    assert_eq!(second.url, "127.0.0.1:6380");
+    assert_eq!(second.pool_size, 3);
+    assert_eq!(second.auth.as_deref(), Some("per-second-secret"));
+    assert_eq!(second.sentinel_auth.as_deref(), Some("ps-sentinel"));
+    assert_eq!(second.timeout, Duration::from_millis(40));
+    assert!(second.tls.is_some());
 }

@@ -120,6 +120,16 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// whose RSA key (`tls.key`) is PKCS#1 PEM (`BEGIN RSA PRIVATE KEY`), as
 /// Envoy Gateway's certgen writes them.
 fn pkcs1_certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    certificate(
+        dir,
+        &["genrsa", "-traditional", "-out", "tls.key", "2048"],
+        "-----BEGIN RSA PRIVATE KEY-----",
+    )
+}
+
+/// A CA (`ca.crt`) and a certificate for `localhost` (`tls.crt`) for the
+/// key `make_key` writes to `tls.key`, whose PEM must start with `header`.
+fn certificate(dir: &Path, make_key: &[&str], header: &str) -> (PathBuf, PathBuf) {
     openssl(dir, &["genrsa", "-traditional", "-out", "ca.key", "2048"]);
     openssl(
         dir,
@@ -137,7 +147,7 @@ fn pkcs1_certificate(dir: &Path) -> (PathBuf, PathBuf) {
             "ca.crt",
         ],
     );
-    openssl(dir, &["genrsa", "-traditional", "-out", "tls.key", "2048"]);
+    openssl(dir, make_key);
     openssl(
         dir,
         &[
@@ -173,8 +183,58 @@ fn pkcs1_certificate(dir: &Path) -> (PathBuf, PathBuf) {
         ],
     );
     let pem = std::fs::read_to_string(dir.join("tls.key")).unwrap();
-    assert!(pem.starts_with("-----BEGIN RSA PRIVATE KEY-----"), "{pem}");
+    assert!(pem.starts_with(header), "{pem}");
     (dir.join("tls.crt"), dir.join("tls.key"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_keys_load_as_pkcs1_pkcs8_and_sec1() {
+    use floodgate::server::TlsOptions;
+    let kinds: [(&[&str], &str); 3] = [
+        (
+            &["genrsa", "-traditional", "-out", "tls.key", "2048"],
+            "-----BEGIN RSA PRIVATE KEY-----",
+        ),
+        (
+            &[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                "tls.key",
+            ],
+            "-----BEGIN PRIVATE KEY-----",
+        ),
+        (
+            &[
+                "ecparam",
+                "-name",
+                "prime256v1",
+                "-genkey",
+                "-noout",
+                "-out",
+                "tls.key",
+            ],
+            "-----BEGIN EC PRIVATE KEY-----",
+        ),
+    ];
+    for (make_key, header) in kinds {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = certificate(dir.path(), make_key, header);
+        let server = crate::tls::start(TlsOptions {
+            cert,
+            key,
+            client_ca: None,
+            client_san: None,
+        })
+        .await;
+        let ca = std::fs::read_to_string(dir.path().join("ca.crt")).unwrap();
+        let answer = crate::support::tls::try_ask(server.grpc_addr, &ca, None).await;
+        assert_eq!(answer.map(|r| r.overall_code), Ok(OK), "{header}");
+        server.shutdown().await;
+    }
 }
 
 /// The value of the sample `series` (name and labels, exactly as exposed).
