@@ -245,101 +245,91 @@ async fn timed<T>(io: impl Future<Output = std::io::Result<T>>) -> Result<T, Sen
 impl Sink {
     async fn resolve(&self) -> Result<SocketAddr, SendError> {
         let target = (self.options.host.as_str(), self.options.port);
-        let mut addrs = tokio::time::timeout(IO_TIMEOUT, tokio::net::lookup_host(target))
-            .await
-            .map_err(|_| SendError::Timeout)?
-            .map_err(SendError::Io)?;
+        let mut addrs = timed(tokio::net::lookup_host(target)).await?;
         addrs.next().ok_or(SendError::Resolve)
     }
 
-    async fn send(&mut self, payload: &[u8]) -> Result<(), SendError> {
+    /// Sends the packets; returns the first failure and how many lines
+    /// were not delivered. Over TCP a failure drops the connection and the
+    /// rest of the flush; over UDP only the packet that failed is lost.
+    async fn send_all(&mut self, packets: &[(String, u64)]) -> Result<(), (SendError, u64)> {
+        let total: u64 = packets.iter().map(|(_, n)| n).sum();
         match self.options.protocol {
             Protocol::Tcp => {
-                if self.tcp.is_none() {
-                    let addr = self.resolve().await?;
-                    self.tcp = Some(timed(TcpStream::connect(addr)).await?);
-                }
-                let Some(stream) = self.tcp.as_mut() else {
-                    return Err(SendError::Resolve);
+                let mut stream = match self.tcp.take() {
+                    Some(stream) => stream,
+                    None => {
+                        let addr = self.resolve().await.map_err(|e| (e, total))?;
+                        timed(TcpStream::connect(addr))
+                            .await
+                            .map_err(|e| (e, total))?
+                    }
                 };
-                let written = tokio::time::timeout(IO_TIMEOUT, stream.write_all(payload)).await;
-                match written {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(err)) => {
-                        self.tcp = None;
-                        Err(SendError::Io(err))
-                    }
-                    Err(_) => {
-                        self.tcp = None;
-                        Err(SendError::Timeout)
-                    }
+                let mut sent = 0;
+                for (payload, count) in packets {
+                    timed(stream.write_all(payload.as_bytes()))
+                        .await
+                        .map_err(|e| (e, total - sent))?;
+                    sent += count;
                 }
+                self.tcp = Some(stream);
+                Ok(())
             }
             Protocol::Udp => {
-                let addr = self.resolve().await?;
-                if self.udp.is_none() {
-                    let local: SocketAddr = if addr.is_ipv4() {
-                        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-                    } else {
-                        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-                    };
-                    self.udp = Some(timed(UdpSocket::bind(local)).await?);
-                }
-                let Some(socket) = self.udp.as_ref() else {
-                    return Err(SendError::Resolve);
-                };
-                match tokio::time::timeout(IO_TIMEOUT, socket.send_to(payload, addr)).await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(err)) => {
-                        self.udp = None;
-                        Err(SendError::Io(err))
+                let addr = self.resolve().await.map_err(|e| (e, total))?;
+                let socket = match self.udp.take() {
+                    Some(socket) => socket,
+                    None => {
+                        let local: SocketAddr = if addr.is_ipv4() {
+                            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+                        } else {
+                            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+                        };
+                        timed(UdpSocket::bind(local))
+                            .await
+                            .map_err(|e| (e, total))?
                     }
-                    Err(_) => Err(SendError::Timeout),
+                };
+                let mut failure = None;
+                let mut lost = 0;
+                for (payload, count) in packets {
+                    if let Err(err) = timed(socket.send_to(payload.as_bytes(), addr)).await {
+                        lost += count;
+                        failure.get_or_insert(err);
+                    }
                 }
+                self.udp = Some(socket);
+                failure.map_or(Ok(()), |err| Err((err, lost)))
             }
         }
     }
 
-    /// Sends the lines; what cannot be delivered is counted as dropped.
+    /// Sends the lines; what cannot be delivered is counted as dropped, and
+    /// an outage is logged once, when it starts.
     async fn deliver(&mut self, lines: &[String], metrics: &Metrics) {
         let max = match self.options.protocol {
             Protocol::Udp => MAX_UDP_PACKET,
             Protocol::Tcp => MAX_TCP_WRITE,
         };
-        let mut failed = None;
-        let mut dropped = 0;
-        for (payload, count) in packets(lines, max) {
-            if failed.is_some() && self.options.protocol == Protocol::Tcp {
-                // The connection is gone: the rest of this flush waits for
-                // nothing, it is dropped.
-                dropped += count;
-                continue;
+        match self.send_all(&packets(lines, max)).await {
+            Err((err, dropped)) => {
+                metrics.record_statsd_dropped(dropped);
+                if !self.failing {
+                    self.failing = true;
+                    warn!(
+                        error = &err as &dyn std::error::Error,
+                        statsd.host = %self.options.host,
+                        statsd.port = self.options.port,
+                        dropped,
+                        "statsd unreachable; dropping stats until it answers"
+                    );
+                }
             }
-            if let Err(err) = self.send(payload.as_bytes()).await {
-                dropped += count;
-                failed = Some(err);
-            }
-        }
-        if dropped > 0 {
-            metrics.record_statsd_dropped(dropped);
-        }
-        match failed {
-            Some(err) if !self.failing => {
-                self.failing = true;
-                warn!(
-                    error = &err as &dyn std::error::Error,
-                    statsd.host = %self.options.host,
-                    statsd.port = self.options.port,
-                    dropped,
-                    "statsd unreachable; dropping stats until it answers"
-                );
-            }
-            Some(_) => {}
-            None if self.failing => {
+            Ok(()) if self.failing => {
                 self.failing = false;
                 info!(statsd.host = %self.options.host, statsd.port = self.options.port, "statsd reachable again");
             }
-            None => {}
+            Ok(()) => {}
         }
     }
 }
