@@ -42,7 +42,7 @@ pub struct StatsArgs {
     /// Send DogStatsD lines (tags as |#k:v) over UDP [env: USE_DOG_STATSD]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub use_dog_statsd: Option<bool>,
-    /// DogStatsD mogrifier names, each set by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN/_NAME/_TAGS [env: USE_DOG_STATSD_MOGRIFIERS]
+    /// DogStatsD mogrifier names, each set by `DOG_STATSD_MOGRIFIER_<NAME>_PATTERN`, `_NAME`, `_TAGS` [env: USE_DOG_STATSD_MOGRIFIERS]
     #[arg(long, value_name = "NAMES")]
     pub use_dog_statsd_mogrifiers: Option<String>,
     /// No stats sink at all (no statsd, no Prometheus listener) [env: DISABLE_STATS]
