@@ -745,6 +745,31 @@ mappings:
         ));
     }
 
+    proptest::proptest! {
+        /// A glob matches exactly what statsd_exporter's own regex reading
+        /// of it matches (`*` as `([^.]*)`, anchored), with the same captures.
+        #[test]
+        fn globs_match_like_their_regex(
+            fields in proptest::collection::vec("[ab]{0,2}", 1..5),
+            pattern in proptest::collection::vec(proptest::prop_oneof!["\\*", "[ab]{1,2}"], 1..5),
+        ) {
+            let name = fields.join(".");
+            let glob: Vec<Option<String>> =
+                pattern.iter().map(|f| (f != "*").then(|| f.clone())).collect();
+            let parts: Vec<String> = pattern
+                .iter()
+                .map(|f| if f == "*" { "([^.]*)".to_owned() } else { regex::escape(f) })
+                .collect();
+            let regex = Regex::new(&format!("^{}$", parts.join("\\."))).unwrap();
+            let split: Vec<&str> = name.split('.').collect();
+            let ours = glob_captures(&glob, &split);
+            let theirs = regex.captures(&name).map(|c| {
+                c.iter().skip(1).map(|m| m.map_or("", |m| m.as_str())).collect::<Vec<_>>()
+            });
+            proptest::prop_assert_eq!(ours, theirs);
+        }
+    }
+
     #[test]
     fn escaping_follows_statsd_exporter() {
         assert_eq!(escape_name("a.b-c--d/e"), "a_b_c_d_e");

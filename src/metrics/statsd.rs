@@ -462,6 +462,46 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// However hits and flushes interleave, the counts sent add up to
+        /// the totals, and one timer line goes per observation.
+        #[test]
+        fn sent_changes_add_up_to_the_totals(
+            steps in proptest::collection::vec((0_u64..4, proptest::bool::ANY), 1..40),
+        ) {
+            let m = Metrics::new(0.8, 100);
+            let o = options(Format::Statsd, "");
+            let mut f = Flusher::default();
+            let (mut sent_hits, mut sent_timers, mut total) = (0, 0, 0);
+            let mut tally = |lines: Vec<String>| {
+                for line in lines {
+                    if let Some(n) = line
+                        .strip_prefix("ratelimit.service.rate_limit.d.k.total_hits:")
+                        .and_then(|rest| rest.strip_suffix("|c"))
+                    {
+                        sent_hits += n.parse::<u64>().unwrap();
+                    } else if line.starts_with(RESPONSE_TIME) {
+                        sent_timers += 1;
+                    }
+                }
+            };
+            for (hits, flush) in steps {
+                if hits > 0 {
+                    total += hits;
+                    m.record_rule("d.k", hit(hits, total));
+                    m.response_time_ms.observe(Duration::from_millis(hits));
+                }
+                if flush {
+                    tally(f.lines(&m, None, &o));
+                }
+            }
+            tally(f.lines(&m, None, &o));
+            proptest::prop_assert_eq!(sent_hits, total);
+            let observations: u64 = m.response_times_ms().iter().map(|(_, n)| n).sum();
+            proptest::prop_assert_eq!(sent_timers, observations);
+        }
+    }
+
     #[test]
     fn packets_stay_under_the_size() {
         let lines: Vec<String> = (0..300).map(|i| format!("a.stat.{i}:1|c")).collect();
