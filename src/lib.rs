@@ -12,7 +12,8 @@
 //! - [`limiter`]: the decision, with the reference service's semantics.
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
-//! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`metrics`]: every metric, rendered for Prometheus (floodgate's names,
+//!   and the reference's through a statsd_exporter mapping) and sent to statsd.
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and

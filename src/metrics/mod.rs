@@ -9,6 +9,11 @@
 //! runtime values; past `max_series` distinct keys new ones are not tracked
 //! and `ratelimit_metrics_series_dropped_total` counts the hits that were not
 //! recorded. Nothing here logs or allocates per request in the common case.
+//!
+//! The same counters also leave under the reference's statsd names
+//! (`statsd_names`): through a statsd_exporter mapping on the Prometheus
+//! listener (`mapper`, `mapped`) and to statsd (`statsd`, a background
+//! task: requests only bump atomics). `process` reads `/proc/self`.
 
 mod histogram;
 pub mod mapped;
