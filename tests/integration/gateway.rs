@@ -422,6 +422,14 @@ async fn envoy_gateway_deployment_runs_unchanged() {
         "{text}"
     );
     assert!(
+        sample(&text, "process_virtual_memory_bytes").is_some_and(|v| v > 0.0),
+        "{text}"
+    );
+    assert!(
+        sample(&text, "process_start_time_seconds").is_some_and(|t| t > 1e9),
+        "{text}"
+    );
+    assert!(
         sample(&text, "process_open_fds").is_some_and(|n| n > 0.0),
         "{text}"
     );
