@@ -134,6 +134,9 @@ pub struct ServeArgs {
     /// Stats sinks and the debug listener.
     #[command(flatten)]
     pub stats_args: StatsArgs,
+    /// Rule source settings (files or xDS).
+    #[command(flatten)]
+    pub xds_args: XdsArgs,
 }
 
 /// What to answer when the store fails.

@@ -11,6 +11,7 @@ mod redis;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod xds;
 
 pub use flags::{BackendType, LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs};
 pub use parse::parse_duration;
@@ -20,6 +21,7 @@ use parse::{
 pub use redis::RedisSettings;
 use redis::redis_config;
 pub use stats::{StatsArgs, StatsSettings};
+pub use xds::{ConfigType, XdsArgs};
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
 use crate::server::{ServeOptions, TlsOptions};
@@ -77,6 +79,12 @@ pub struct Settings {
     pub metrics_max_series: usize,
     /// Stats sinks (statsd, the Prometheus mapping) and the debug listener.
     pub stats: StatsSettings,
+    /// Rules from an xDS server (`CONFIG_TYPE=GRPC_XDS_SOTW`) instead of the
+    /// rule directory; `None` for rule files.
+    pub xds: Option<crate::config::xds::XdsOptions>,
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the
+    /// first rules arrive instead of waiting for them.
+    pub force_start_without_initial_config: bool,
 }
 
 /// A setting that could not be understood.
@@ -323,6 +331,11 @@ impl Settings {
 
         Ok(Self {
             stats,
+            xds: xds::xds_options(&args.xds_args, &get)?,
+            force_start_without_initial_config: flag(
+                args.xds_args.force_start_without_initial_config,
+                "FORCE_START_WITHOUT_INITIAL_CONFIG",
+            )?,
             metrics_addr,
             near_limit_ratio,
             metrics_max_series: number(

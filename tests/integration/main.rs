@@ -16,3 +16,4 @@ mod model;
 mod redis;
 mod reload;
 mod tls;
+mod xds;

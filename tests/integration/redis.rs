@@ -135,6 +135,66 @@ async fn one_script_call_per_request_and_none_for_unlimited_requests() {
     server.shutdown().await;
 }
 
+/// The in-flight gauge of a served floodgate.
+fn in_flight(server: &TestServer) -> u64 {
+    server
+        .limiter
+        .metrics()
+        .render(None)
+        .lines()
+        .find_map(|l| l.strip_prefix("ratelimit_server_should_rate_limit_in_flight "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_queued_behind_a_call_share_the_next_one_and_count_exactly() {
+    let redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_secs(20),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let server = serve(connected(config).await, LimiterOptions::default()).await;
+    let client = server.client().await;
+    // Alone on an idle server, a request is one call of its own.
+    let before = evalsha_calls(&redis);
+    ask(&mut client.clone(), request("edge", &[&[("five", "solo")]])).await;
+    assert_eq!(evalsha_calls(&redis) - before, 1);
+
+    // Redis frozen: the first calls hang, every other request queues.
+    let before = evalsha_calls(&redis);
+    redis.pause();
+    let n = 200;
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .should_rate_limit(request("edge", &[&[("hundred", "hot")]]))
+                    .await
+                    .map(|r| r.into_inner().overall_code)
+            })
+        })
+        .collect();
+    let queued =
+        crate::support::poll_until(Duration::from_secs(10), Duration::from_millis(10), || {
+            (in_flight(&server) == n).then_some(true)
+        });
+    redis.resume();
+    assert!(queued, "{} of {n} requests in flight", in_flight(&server));
+    let mut codes = Vec::new();
+    for call in calls {
+        codes.push(call.await.unwrap().expect("answered"));
+    }
+    // Exactly the limit admitted: sharing a call never over-admits.
+    assert_eq!(codes.iter().filter(|&&c| c == OK).count(), 100);
+    assert_eq!(codes.iter().filter(|&&c| c == OVER_LIMIT).count(), 100);
+    // Two lanes' first calls, then the queue in calls of at most 128.
+    let calls = evalsha_calls(&redis) - before;
+    assert!(calls <= 6, "{calls} script calls for {n} requests");
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_windows_are_one_script_call_over_per_second_buckets() {
     let redis = RedisServer::start();

@@ -7,6 +7,7 @@ pub mod grpc;
 pub mod http;
 pub mod redis;
 pub mod tls;
+pub mod xds;
 
 use std::future::Future;
 use std::net::TcpListener;
