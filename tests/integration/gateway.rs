@@ -1,12 +1,14 @@
 //! Drop-in under Envoy Gateway: the floodgate binary, invoked as
-//! `ratelimit` with Envoy Gateway's environment (paths and ports pointing at
-//! the test's files and free ports), and the statsd sink against real UDP
-//! and TCP listeners.
+//! `ratelimit` with Envoy Gateway's environment (rules over xDS from a test
+//! ADS server over mTLS, paths and ports pointing at the test's files and
+//! free ports), and the statsd sink against real UDP and TCP listeners.
 
 use crate::support::grpc::request;
 use crate::support::http::get;
 use crate::support::redis::RedisServer;
+use crate::support::xds::{AdsServer, ServerTls, config, limit};
 use crate::support::{free_port, poll_until, poll_until_async};
+use floodgate::config::xds::proto::ratelimit::config::ratelimit::v3 as rls_conf;
 use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use std::collections::HashMap;
@@ -32,6 +34,19 @@ descriptors:
       - key: user
         rate_limit: {unit: day, requests_per_unit: 1}
 ";
+
+/// [`RULES`] as an xDS resource.
+fn xds_rules() -> Vec<rls_conf::RateLimitConfig> {
+    let mut route = limit("route", rls_conf::RateLimitUnit::Day, 0);
+    route.value = "r1".to_owned();
+    route.rate_limit = None;
+    route.descriptors = vec![limit("user", rls_conf::RateLimitUnit::Day, 1)];
+    vec![config(
+        "edge-rules",
+        "edge",
+        vec![limit("user", rls_conf::RateLimitUnit::Day, 2), route],
+    )]
+}
 
 /// A floodgate process, killed and reaped when dropped.
 struct Process {
@@ -246,16 +261,20 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateway_deployment_runs_unchanged() {
     let dir = tempfile::tempdir().unwrap();
-    // RUNTIME_ROOT=/data, RUNTIME_SUBDIRECTORY=ratelimit: rules in
-    // <root>/ratelimit/config, with a ConfigMap-style dot entry that must
-    // be skipped (RUNTIME_IGNOREDOTFILES=true).
-    let rules = dir.path().join("data/ratelimit/config");
-    std::fs::create_dir_all(&rules).unwrap();
-    std::fs::write(rules.join("edge.yaml"), RULES).unwrap();
-    std::fs::write(rules.join("..2026_01_01.broken"), "not: [valid").unwrap();
+    // One certificate for everything, as Envoy Gateway's certgen secret:
+    // floodgate's gRPC server certificate and its xDS client certificate,
+    // and the xDS server's certificate; ca.crt trusts them all.
     let certs = dir.path().join("certs");
     std::fs::create_dir(&certs).unwrap();
     let (cert, key) = pkcs1_certificate(&certs);
+    let pem = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let ads = AdsServer::start(Some(ServerTls {
+        cert: pem(&cert),
+        key: pem(&key),
+        client_ca: Some(pem(&certs.join("ca.crt"))),
+    }))
+    .await;
+    ads.set("v1", xds_rules());
     let pki = crate::redis::redis_pki();
     let redis = RedisServer::start_tls(pki.path(), true);
     let mapping = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -264,6 +283,7 @@ async fn envoy_gateway_deployment_runs_unchanged() {
     let (http_port, grpc_port, debug_port, prom_port) =
         (free_port(), free_port(), free_port(), free_port());
     let path = |p: &Path| p.to_string_lossy().into_owned();
+    // Rules come over xDS; the RUNTIME_* directory does not even exist.
     let env = [
         ("RUNTIME_ROOT", path(&dir.path().join("data"))),
         ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
@@ -271,10 +291,24 @@ async fn envoy_gateway_deployment_runs_unchanged() {
         ("RUNTIME_WATCH_ROOT", "false".to_owned()),
         ("LOG_LEVEL", "info".to_owned()),
         ("USE_STATSD", "false".to_owned()),
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_owned()),
+        (
+            "CONFIG_GRPC_XDS_SERVER_URL",
+            format!("localhost:{}", ads.addr.port()),
+        ),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".to_owned()),
         ("GRPC_SERVER_USE_TLS", "true".to_owned()),
         ("GRPC_SERVER_TLS_CERT", path(&cert)),
         ("GRPC_SERVER_TLS_KEY", path(&key)),
         ("GRPC_SERVER_TLS_CA_CERT", path(&certs.join("ca.crt"))),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".to_owned()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", path(&cert)),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", path(&key)),
+        (
+            "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+            path(&certs.join("ca.crt")),
+        ),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".to_owned()),
         ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
         ("REDIS_URL", format!("localhost:{}", redis.port)),
         ("REDIS_TLS", "true".to_owned()),
@@ -301,6 +335,22 @@ async fn envoy_gateway_deployment_runs_unchanged() {
     std::fs::set_permissions(work.path(), mode(0o555)).unwrap();
     let work_path = work.path().to_owned();
     let process = Process::start(&binary, &env, http_port, work).await;
+    // FORCE_START_WITHOUT_INITIAL_CONFIG: serving may begin before the
+    // rules; /rlconfig on the debug port shows them once they are in.
+    let debug: SocketAddr = format!("127.0.0.1:{debug_port}").parse().unwrap();
+    let rules_in = poll_until_async(
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || async move {
+            get(debug, "/rlconfig")
+                .await
+                .body
+                .contains("edge.user")
+                .then_some(true)
+        },
+    )
+    .await;
+    assert!(rules_in, "no rules from the xds server");
 
     // gRPC over TLS with the PKCS#1 key.
     let tls = ClientTlsConfig::new()
@@ -334,7 +384,6 @@ async fn envoy_gateway_deployment_runs_unchanged() {
     assert_eq!(codes, [OK, OK, OVER, OK, OVER]);
 
     // /rlconfig (and /healthcheck) on the debug port.
-    let debug: SocketAddr = format!("127.0.0.1:{debug_port}").parse().unwrap();
     let rlconfig = get(debug, "/rlconfig").await;
     assert_eq!(rlconfig.status, 200);
     assert!(
