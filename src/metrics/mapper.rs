@@ -129,6 +129,9 @@ pub enum MapperError {
     /// The file is not a statsd_exporter mapping document.
     #[error("the mapping file is not a valid statsd_exporter mapping")]
     Parse(#[source] serde_yaml_ng::Error),
+    /// The `defaults` section is invalid.
+    #[error("defaults: {0}")]
+    Defaults(String),
     /// A mapping is invalid.
     #[error("mappings[{index}]: {reason}")]
     Invalid {
@@ -278,7 +281,7 @@ impl Mapper {
                 .as_deref()
                 .or(defaults.timer_type.as_deref()),
         )
-        .map_err(|reason| MapperError::Invalid { index: 0, reason })?;
+        .map_err(MapperError::Defaults)?;
         let default_buckets = defaults
             .histogram_options
             .as_ref()
@@ -290,10 +293,9 @@ impl Mapper {
             None | Some("" | "glob") => false,
             Some("regex") => true,
             Some(other) => {
-                return Err(MapperError::Invalid {
-                    index: 0,
-                    reason: format!("invalid default match type \"{other}\""),
-                });
+                return Err(MapperError::Defaults(format!(
+                    "invalid match type \"{other}\""
+                )));
             }
         };
         let mappings = doc
@@ -685,6 +687,17 @@ mappings:
     }
 
     #[test]
+    fn defaults_set_the_match_type_and_observer() {
+        let mapper = Mapper::from_yaml(
+            "defaults:\n  match_type: regex\n  timer_type: histogram\n  histogram_options: {buckets: [5]}\nmappings:\n  - match: 'a\\.(\\w+)$'\n    name: t_$1\n",
+        )
+        .unwrap();
+        let m = mapper.map("x.a.b", MetricType::Observer).unwrap();
+        assert_eq!(m.name, "t_b");
+        assert_eq!(m.mapping.observer, Observer::Histogram(vec![5.0]));
+    }
+
+    #[test]
     fn glob_templates_expand_like_statsd_exporter() {
         // statsd_exporter's reference pattern also takes `_` and `$`: `$1_$`
         // is one (non-numeric) reference and expands to nothing, as there.
@@ -733,6 +746,14 @@ mappings:
             (
                 "mappings:\n  - match: a\n    name: x\n    timer_type: gauge\n",
                 "invalid observer type 'gauge'",
+            ),
+            (
+                "defaults:\n  match_type: fuzzy\n",
+                "defaults: invalid match type \"fuzzy\"",
+            ),
+            (
+                "defaults:\n  observer_type: x\n",
+                "defaults: invalid observer type 'x'",
             ),
         ];
         for (text, want) in cases {
