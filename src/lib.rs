@@ -13,7 +13,8 @@
 //! - [`limiter`]: the decision, with the reference service's semantics.
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
-//! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`metrics`]: every metric, rendered for Prometheus (floodgate's names,
+//!   and the reference's through a statsd_exporter mapping) and sent to statsd.
 //! - [`insight`]: operator views that never count (top lists by domain).
 //! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
 //!   over OTLP when `TRACING_ENABLED`.

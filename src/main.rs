@@ -14,10 +14,10 @@ use floodgate::clock::SystemClock;
 use floodgate::config::xds::XdsClient;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
+use floodgate::metrics::Mapper;
 use floodgate::metrics::Metrics;
 use floodgate::otel::{Tracing, TracingError};
-use floodgate::server::ServeError;
-use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
+use floodgate::server::{self, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
 use floodgate::telemetry::error_chain;
@@ -75,8 +75,26 @@ struct CheckArgs {
     ignore_dotfiles: bool,
 }
 
+/// The command line; run as `ratelimit` (Envoy Gateway's `/bin/ratelimit`,
+/// the reference's binary name) without a subcommand, floodgate serves, as
+/// the reference does.
+fn command_line() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_reference = args
+        .first()
+        .and_then(|arg0| std::path::Path::new(arg0).file_name())
+        .is_some_and(|name| name == "ratelimit");
+    let has_subcommand = args
+        .get(1)
+        .is_some_and(|a| a == "serve" || a == "check-config" || a == "help");
+    if as_reference && !has_subcommand {
+        args.insert(1.min(args.len()), "serve".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(command_line());
     let env: Env = std::env::vars().collect();
     match cli.command {
         Command::Serve(args) => run_serve(&args, &env),
@@ -182,6 +200,33 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         eprintln!("error: {}", error_chain(&err));
         return ExitCode::FAILURE;
     }
+    for (var, why) in &settings.stats.ignored {
+        tracing::debug!(
+            setting = var,
+            reason = why,
+            "reference setting accepted and ignored"
+        );
+    }
+    // The mapping file is checked before any port is bound, like the rules.
+    let mapper = if settings.metrics_addr.is_some() {
+        let mapper = match &settings.stats.mapper_yaml {
+            Some(path) => match Mapper::from_file(path) {
+                Ok(mapper) => mapper,
+                Err(err) => {
+                    eprintln!(
+                        "error: PROMETHEUS_MAPPER_YAML {}: {}",
+                        path.display(),
+                        error_chain(&err)
+                    );
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => Mapper::reference_default(settings.stats.response_time_as_ms),
+        };
+        Some(Arc::new(mapper))
+    } else {
+        None
+    };
     // Rules are validated before any port is bound: a bad file never
     // produces a half-started service.
     let options = LoadOptions {
@@ -290,6 +335,14 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         )
         .await
         .map_err(StartError::Serve)?;
+        let debug = match settings.stats.debug_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Serve(ServeError::Bind { addr, source }))?,
+            ),
+            None => None,
+        };
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
             Limiter::new(
@@ -309,9 +362,15 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             reload,
             rule_feed,
             tracer: tracing.as_ref().map(Tracing::request_tracer),
+            stats: StatsExport {
+                mapper,
+                extra_tags: settings.stats.extra_tags.clone(),
+                statsd: settings.stats.statsd.clone(),
+            },
             ..settings.serve
         };
-        let served = server::serve(limiter, listeners, serve_options, token.clone()).await;
+        let served =
+            server::serve_with_debug(limiter, listeners, debug, serve_options, token.clone()).await;
         token.cancel();
         stop_xds(xds_task).await;
         // Last in the shutdown order: export the spans still queued.

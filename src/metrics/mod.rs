@@ -9,12 +9,23 @@
 //! runtime values; past `max_series` distinct keys new ones are not tracked
 //! and `ratelimit_metrics_series_dropped_total` counts the hits that were not
 //! recorded. Nothing here logs or allocates per request in the common case.
+//!
+//! The same counters also leave under the reference's statsd names
+//! (`statsd_names`): through a statsd_exporter mapping on the Prometheus
+//! listener (`mapper`, `mapped`) and to statsd (`statsd`, a background
+//! task: requests only bump atomics). `process` reads `/proc/self`.
 
 mod histogram;
+pub mod mapped;
+pub mod mapper;
+pub mod process;
 mod render;
+pub mod statsd;
+pub mod statsd_names;
 #[cfg(test)]
 mod tests;
 
+pub use mapper::{Mapper, MapperError, MetricType};
 pub use render::render_memory_store;
 
 use histogram::Histogram;
@@ -102,6 +113,10 @@ pub struct Metrics {
     in_flight: AtomicI64,
     request_latency: Histogram,
     store_latency: Histogram,
+    /// The reference's response-time timer, in whole milliseconds.
+    response_time_ms: statsd_names::TimerCounts,
+    /// statsd lines not delivered (sink unreachable or slow).
+    statsd_dropped: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -127,6 +142,8 @@ impl Metrics {
             in_flight: AtomicI64::new(0),
             request_latency: Histogram::default(),
             store_latency: Histogram::default(),
+            response_time_ms: statsd_names::TimerCounts::default(),
+            statsd_dropped: AtomicU64::new(0),
         }
     }
 
@@ -276,6 +293,16 @@ impl Metrics {
         self.service_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts statsd lines that could not be delivered.
+    pub fn record_statsd_dropped(&self, lines: u64) {
+        self.statsd_dropped.fetch_add(lines, Ordering::Relaxed);
+    }
+
+    /// statsd lines not delivered so far.
+    pub fn statsd_dropped(&self) -> u64 {
+        self.statsd_dropped.load(Ordering::Relaxed)
+    }
+
     /// The counters of one stats key, if tracked (for tests and tools).
     pub fn rule_counters(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
         self.rules.read().get(stats_key).cloned()
@@ -292,6 +319,8 @@ pub struct RequestGuard<'a> {
 impl Drop for RequestGuard<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.metrics.request_latency.observe(self.started.elapsed());
+        let elapsed = self.started.elapsed();
+        self.metrics.request_latency.observe(elapsed);
+        self.metrics.response_time_ms.observe(elapsed);
     }
 }

@@ -64,16 +64,51 @@ pub(crate) fn router(
         })
 }
 
+/// What the Prometheus listener needs: the mapping and `EXTRA_TAGS`.
+#[derive(Debug, Clone)]
+struct MappedState {
+    app: AppState,
+    mapper: Arc<crate::metrics::Mapper>,
+    tags: crate::metrics::statsd_names::Tags,
+}
+
 /// A router serving only the metrics, at `path` (`USE_PROMETHEUS` with
-/// `PROMETHEUS_ADDR` / `PROMETHEUS_PATH`).
+/// `PROMETHEUS_ADDR` / `PROMETHEUS_PATH`): the reference's stats through
+/// the statsd_exporter `mapper`, as the reference's Prometheus sink exports
+/// them, with the process metrics and the embedded store's gauges.
 pub(crate) fn metrics_router(
     health: Health,
     limiter: Arc<Limiter<StoreKind>>,
     reloads: Option<Arc<ReloadStats>>,
     path: &str,
+    mapper: Arc<crate::metrics::Mapper>,
+    tags: crate::metrics::statsd_names::Tags,
 ) -> Router {
     Router::new()
-        .route(path, get(metrics))
+        .route(path, get(mapped_metrics))
+        .with_state(MappedState {
+            app: AppState {
+                health,
+                limiter,
+                reloads,
+                max_body: 0,
+            },
+            mapper,
+            tags,
+        })
+}
+
+/// The debug listener's router (`DEBUG_HOST`/`DEBUG_PORT`): `/rlconfig`,
+/// which Envoy Gateway's `egctl x config ratelimit` reads there, and
+/// `/healthcheck`.
+pub(crate) fn debug_router(
+    health: Health,
+    limiter: Arc<Limiter<StoreKind>>,
+    reloads: Option<Arc<ReloadStats>>,
+) -> Router {
+    Router::new()
+        .route("/rlconfig", get(rlconfig))
+        .route("/healthcheck", get(healthcheck))
         .with_state(AppState {
             health,
             limiter,
@@ -82,12 +117,35 @@ pub(crate) fn metrics_router(
         })
 }
 
+/// `GET <PROMETHEUS_PATH>` on the Prometheus listener.
+async fn mapped_metrics(State(state): State<MappedState>) -> impl IntoResponse {
+    let limiter = &state.app.limiter;
+    let mut text = crate::metrics::mapped::render_mapped(
+        limiter.metrics(),
+        state.app.reloads.as_deref(),
+        &state.mapper,
+        &state.tags,
+    );
+    crate::metrics::process::render_process(&mut text);
+    if let Some(stats) = limiter.store().memory_stats() {
+        crate::metrics::render_memory_store(&mut text, &stats);
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
 /// `GET /metrics`: every metric in the Prometheus text format.
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut text = state.limiter.metrics().render(state.reloads.as_deref());
     if let Some(stats) = state.limiter.store().memory_stats() {
         crate::metrics::render_memory_store(&mut text, &stats);
     }
+    crate::metrics::process::render_process(&mut text);
     (
         [(
             header::CONTENT_TYPE,

@@ -155,6 +155,9 @@ pub struct ServeArgs {
     /// Redis and counting settings.
     #[command(flatten)]
     pub store_args: StoreArgs,
+    /// Stats sinks and the debug listener.
+    #[command(flatten)]
+    pub stats_args: StatsArgs,
     /// Rule source settings (files or xDS).
     #[command(flatten)]
     pub xds_args: XdsArgs,

@@ -9,6 +9,7 @@ mod flags;
 mod otlp;
 mod parse;
 mod redis;
+mod stats;
 #[cfg(test)]
 mod tests;
 mod xds;
@@ -21,6 +22,7 @@ use parse::{
 };
 pub use redis::RedisSettings;
 use redis::redis_config;
+pub use stats::{StatsArgs, StatsSettings};
 pub use xds::{ConfigType, XdsArgs};
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
@@ -77,6 +79,8 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
     pub metrics_max_series: usize,
+    /// Stats sinks (statsd, the Prometheus mapping) and the debug listener.
+    pub stats: StatsSettings,
     /// Rules from an xDS server (`CONFIG_TYPE=GRPC_XDS_SOTW`) instead of the
     /// rule directory; `None` for rule files.
     pub xds: Option<crate::config::xds::XdsOptions>,
@@ -99,6 +103,20 @@ pub enum SettingsError {
         value: String,
         /// What was expected.
         expected: &'static str,
+    },
+    /// Two settings that exclude each other are both on.
+    #[error("{reason}")]
+    Conflict {
+        /// Which, and what to do.
+        reason: &'static str,
+    },
+    /// A setting's value is refused.
+    #[error("{setting}: {reason}")]
+    Invalid {
+        /// The setting.
+        setting: String,
+        /// Why.
+        reason: String,
     },
     /// A setting is on but another one it depends on is missing.
     #[error("{setting} needs {needs}")]
@@ -303,6 +321,9 @@ impl Settings {
         } else {
             None
         };
+        let stats = stats::resolve(&args.stats_args, &get, metrics_addr.is_some())?;
+        // DISABLE_STATS: no sink at all, as in the reference.
+        let metrics_addr = metrics_addr.filter(|_| !stats.disabled);
         let near_limit_ratio = pick(
             args.near_limit_ratio,
             get("NEAR_LIMIT_RATIO"),
@@ -313,6 +334,7 @@ impl Settings {
         )?;
 
         Ok(Self {
+            stats,
             xds: xds::xds_options(&args.xds_args, &get)?,
             force_start_without_initial_config: flag(
                 args.xds_args.force_start_without_initial_config,
@@ -337,7 +359,7 @@ impl Settings {
             log_level: args
                 .log_level
                 .clone()
-                .or_else(|| get("LOG_LEVEL").map(str::to_ascii_lowercase))
+                .or_else(|| get("LOG_LEVEL").map(stats::log_filter))
                 .unwrap_or_else(|| "info".to_owned()),
             log_format,
             config_poll_interval: poll_interval,

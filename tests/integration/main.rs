@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod conformance;
 mod e2e;
+mod gateway;
 mod grpc;
 mod hostile;
 mod http;
