@@ -15,7 +15,7 @@ use floodgate::config::xds::XdsClient;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::metrics::Metrics;
-use floodgate::otel::{Tracing, TracingError};
+use floodgate::otel::{MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
 use floodgate::server::ServeError;
 use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
 use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
@@ -255,7 +255,12 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         let serve_options = ServeOptions {
             reload,
             rule_feed,
-            tracer: tracing.as_ref().map(Tracing::request_tracer),
+            tracer: tracing.as_ref().map(|t| {
+                t.request_tracer(match settings.store {
+                    BackendType::Memory => MEMORY_STORE_SPAN,
+                    BackendType::Redis => REDIS_STORE_SPAN,
+                })
+            }),
             ..settings.serve
         };
         let served = server::serve(limiter, listeners, serve_options, token.clone()).await;
