@@ -3,7 +3,7 @@
 //! Module map, and the only direction imports may flow:
 //!
 //! ```text
-//! main -> server -> limiter -> { config::Index, store, metrics } -> algorithm -> clock
+//! main -> server -> limiter -> { config::Index, store, metrics, insight } -> algorithm -> clock
 //! ```
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
@@ -14,6 +14,7 @@
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
 //! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`insight`]: operator views that never count (top lists by domain).
 //! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
 //!   over OTLP when `TRACING_ENABLED`.
 //! - [`store`]: where counters live: the embedded memory store or Redis
@@ -32,6 +33,7 @@ pub mod algorithm;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
+pub mod insight;
 pub mod limiter;
 pub mod metrics;
 pub mod otel;

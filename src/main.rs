@@ -43,6 +43,24 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Validate every rule file in DIR; print each error, or one line per domain.
     CheckConfig(CheckArgs),
+    /// Explain a request (a POST /json body) against the rules in DIR, with
+    /// empty counters; prints what POST /explain would answer.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ExplainArgs {
+    /// Rule directory to explain against.
+    #[arg(long, value_name = "DIR")]
+    config_dir: PathBuf,
+    /// The request, as the JSON body of POST /json.
+    request: String,
+    /// Merge rule files that name the same domain (MERGE_DOMAIN_CONFIG).
+    #[arg(long)]
+    merge_domain_config: bool,
+    /// Skip rule files whose name starts with '.' (RUNTIME_IGNOREDOTFILES).
+    #[arg(long)]
+    ignore_dotfiles: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -63,6 +81,41 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => run_serve(&args, &env),
         Command::CheckConfig(args) => run_check_config(&args),
+        Command::Explain(args) => run_explain(&args),
+    }
+}
+
+fn run_explain(args: &ExplainArgs) -> ExitCode {
+    let options = LoadOptions {
+        merge_domains: args.merge_domain_config,
+        ignore_dotfiles: args.ignore_dotfiles,
+    };
+    let index = match config::load_dir(&args.config_dir, &options) {
+        Ok(index) => index,
+        Err(err) => {
+            print_config_error(&err);
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the runtime: {}", error_chain(&err));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::explain_offline(index, &args.request)) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {}", error_chain(&err));
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -66,6 +66,11 @@ pub struct Limit {
     /// sliding_window: count denied hits too (default: only admitted hits
     /// count, so the window truly slides).
     pub count_rejected: bool,
+    /// `shadow_mode` on this limit (extension): a candidate limit, decided
+    /// alone on counters of its own, that never makes the answer
+    /// OVER_LIMIT; its would-be denials count in the rule's `shadow_mode`
+    /// metric. A rule lists its enforced limits first, then these.
+    pub shadow_mode: bool,
 }
 
 impl Limit {

@@ -1,12 +1,17 @@
 //! The HTTP face (reference port 8080): `GET /healthcheck`, `POST /json`
-//! and `GET /rlconfig`.
+//! and `GET /rlconfig`; and the operator views `POST /explain`, `GET /top`
+//! and the live page `GET /`.
 //!
 //! Owns the proto3-JSON shapes of `RateLimitRequest`/`RateLimitResponse`
 //! (hand-written serde types, converted straight to and from the domain
 //! types) and the mapping of decisions to HTTP status codes. Knows the
 //! limiter and the health state, nothing of stores.
 
+mod explain;
 mod json;
+mod top;
+
+pub use explain::{ExplainError, explain_offline};
 
 use super::health::Health;
 use crate::config::{Algorithm, Policy, ReloadStats, Rule};
@@ -45,6 +50,9 @@ pub(crate) fn router(
         .route("/json", post(json))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
+        .route("/explain", post(explain::explain))
+        .route("/top", get(top::top))
+        .route("/", get(top::page))
         // `/json` reads its body with its own bound, answered 400 like any
         // other bad request.
         .layer(DefaultBodyLimit::disable())

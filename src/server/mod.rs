@@ -22,6 +22,7 @@ use crate::limiter::Limiter;
 use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
+pub use http::{ExplainError, explain_offline};
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
 use std::path::PathBuf;
