@@ -3,7 +3,7 @@
 //! Module map, and the only direction imports may flow:
 //!
 //! ```text
-//! main -> server -> limiter -> { config::Index, store, metrics } -> algorithm -> clock
+//! main -> server -> limiter -> { config::Index, store, metrics, insight } -> algorithm -> clock
 //! ```
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
@@ -15,6 +15,9 @@
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
 //! - [`metrics`]: every metric, rendered for Prometheus (floodgate's names,
 //!   and the reference's through a statsd_exporter mapping) and sent to statsd.
+//! - [`insight`]: operator views that never count (top lists by domain).
+//! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
+//!   over OTLP when `TRACING_ENABLED`.
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
@@ -31,8 +34,10 @@ pub mod algorithm;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
+pub mod insight;
 pub mod limiter;
 pub mod metrics;
+pub mod otel;
 pub mod server;
 pub mod settings;
 pub mod shutdown;

@@ -16,6 +16,7 @@ use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::metrics::Mapper;
 use floodgate::metrics::Metrics;
+use floodgate::otel::{Tracing, TracingError};
 use floodgate::server::{self, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
@@ -42,6 +43,24 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Validate every rule file in DIR; print each error, or one line per domain.
     CheckConfig(CheckArgs),
+    /// Explain a request (a POST /json body) against the rules in DIR, with
+    /// empty counters; prints what POST /explain would answer.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ExplainArgs {
+    /// Rule directory to explain against.
+    #[arg(long, value_name = "DIR")]
+    config_dir: PathBuf,
+    /// The request, as the JSON body of POST /json.
+    request: String,
+    /// Merge rule files that name the same domain (MERGE_DOMAIN_CONFIG).
+    #[arg(long)]
+    merge_domain_config: bool,
+    /// Skip rule files whose name starts with '.' (RUNTIME_IGNOREDOTFILES).
+    #[arg(long)]
+    ignore_dotfiles: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -80,6 +99,41 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => run_serve(&args, &env),
         Command::CheckConfig(args) => run_check_config(&args),
+        Command::Explain(args) => run_explain(&args),
+    }
+}
+
+fn run_explain(args: &ExplainArgs) -> ExitCode {
+    let options = LoadOptions {
+        merge_domains: args.merge_domain_config,
+        ignore_dotfiles: args.ignore_dotfiles,
+    };
+    let index = match config::load_dir(&args.config_dir, &options) {
+        Ok(index) => index,
+        Err(err) => {
+            print_config_error(&err);
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the runtime: {}", error_chain(&err));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::explain_offline(index, &args.request)) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {}", error_chain(&err));
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -119,6 +173,15 @@ fn print_config_error(err: &ConfigError) {
         }
         other => eprintln!("error: {}", error_chain(other)),
     }
+}
+
+/// What stops `serve` after the runtime started.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(transparent)]
+    Serve(ServeError),
+    #[error("cannot start tracing")]
+    Tracing(#[source] TracingError),
 }
 
 fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
@@ -270,12 +333,13 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             settings.http_addr,
             settings.metrics_addr,
         )
-        .await?;
+        .await
+        .map_err(StartError::Serve)?;
         let debug = match settings.stats.debug_addr {
             Some(addr) => Some(
                 tokio::net::TcpListener::bind(addr)
                     .await
-                    .map_err(|source| ServeError::Bind { addr, source })?,
+                    .map_err(|source| StartError::Serve(ServeError::Bind { addr, source }))?,
             ),
             None => None,
         };
@@ -289,9 +353,15 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             )
             .with_metrics(Arc::new(metrics)),
         );
+        // Inside the runtime: the gRPC exporter's connection runs on it.
+        let tracing = match &settings.tracing {
+            Some(tracing) => Some(Tracing::start(tracing).map_err(StartError::Tracing)?),
+            None => None,
+        };
         let serve_options = ServeOptions {
             reload,
             rule_feed,
+            tracer: tracing.as_ref().map(Tracing::request_tracer),
             stats: StatsExport {
                 mapper,
                 extra_tags: settings.stats.extra_tags.clone(),
@@ -303,7 +373,13 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             server::serve_with_debug(limiter, listeners, debug, serve_options, token.clone()).await;
         token.cancel();
         stop_xds(xds_task).await;
-        served
+        // Last in the shutdown order: export the spans still queued.
+        if let Some(tracing) = tracing
+            && let Err(err) = tracing.shutdown().await
+        {
+            tracing::warn!(error = &err as &dyn Error, "spans lost at shutdown");
+        }
+        served.map_err(StartError::Serve)
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -230,6 +230,15 @@ impl Metrics {
         }
     }
 
+    /// Counts `hits` that a rule's shadow (candidate) limits would have
+    /// denied, in the rule's `shadow_mode` stat.
+    pub fn record_shadow(&self, stats_key: &str, hits: u64) {
+        match self.rule(stats_key) {
+            Some(c) => c.shadow_mode.fetch_add(hits, Ordering::Relaxed),
+            None => self.series_dropped.fetch_add(hits, Ordering::Relaxed),
+        };
+    }
+
     /// Counts a request for a domain no rule file defines.
     pub fn record_domain_not_found(&self, domain: &str) {
         let domain = bounded_label(domain);

@@ -1,15 +1,21 @@
 //! The HTTP face (reference port 8080): `GET /healthcheck`, `POST /json`
-//! and `GET /rlconfig`.
+//! and `GET /rlconfig`; and the operator views `POST /explain`, `GET /top`
+//! and the live page `GET /`.
 //!
 //! Owns the proto3-JSON shapes of `RateLimitRequest`/`RateLimitResponse`
 //! (hand-written serde types, converted straight to and from the domain
 //! types) and the mapping of decisions to HTTP status codes. Knows the
 //! limiter and the health state, nothing of stores.
 
+mod explain;
 mod json;
+mod top;
+
+pub use explain::{ExplainError, explain_offline};
 
 use super::health::Health;
 use crate::config::{Algorithm, Policy, ReloadStats, Rule};
+use crate::descriptor::Request;
 use crate::limiter::{Code, LimitError, Limiter, Response};
 use crate::store::StoreKind;
 use axum::Router;
@@ -44,6 +50,9 @@ pub(crate) fn router(
         .route("/json", post(json))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
+        .route("/explain", post(explain::explain))
+        .route("/top", get(top::top))
+        .route("/", get(top::page))
         // `/json` reads its body with its own bound, answered 400 like any
         // other bad request.
         .layer(DefaultBodyLimit::disable())
@@ -183,20 +192,20 @@ async fn json(State(state): State<AppState>, body: Body) -> HttpResponse {
     if decision.is_err() {
         metrics.record_service_error();
     }
-    answer(decision)
+    answer(decision, &request)
 }
 
 /// The one mapping from a decision to an HTTP answer: 200 OK, 429
 /// OVER_LIMIT, 400 invalid request, 503 store failure (cause logged, not
 /// sent).
-fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
+fn answer(decision: Result<Response, LimitError>, request: &Request) -> HttpResponse {
     match decision {
         Ok(response) => {
             let status = match response.overall_code {
                 Code::Ok => StatusCode::OK,
                 Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
             };
-            let body = JsonResponse::from(response);
+            let body = JsonResponse::answering(response, request);
             match serde_json::to_vec(&body) {
                 Ok(bytes) => {
                     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()

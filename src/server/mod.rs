@@ -12,6 +12,7 @@
 mod grpc;
 mod health;
 mod http;
+mod metadata;
 pub mod proto;
 mod tls;
 
@@ -21,6 +22,7 @@ use crate::limiter::Limiter;
 use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
+pub use http::{ExplainError, explain_offline};
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -107,6 +109,9 @@ pub struct ServeOptions {
     /// follows each rule set it applies, and metrics report its load
     /// counters. `None` without xDS.
     pub rule_feed: Option<RuleFeed>,
+    /// `TRACING_ENABLED`: span every `ShouldRateLimit` call; `None` traces
+    /// nothing and reads no trace header.
+    pub tracer: Option<crate::otel::RequestTracer>,
 }
 
 /// How the reference's stats leave the process.
@@ -133,6 +138,7 @@ impl Default for ServeOptions {
             metrics_path: "/metrics".to_owned(),
             stats: StatsExport::default(),
             rule_feed: None,
+            tracer: None,
         }
     }
 }
@@ -303,8 +309,10 @@ pub async fn serve_with_debug(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
-            RateLimitServiceServer::new(grpc::RlsService::new(limiter.clone()))
-                .max_decoding_message_size(options.max_request_bytes),
+            RateLimitServiceServer::new(
+                grpc::RlsService::new(limiter.clone()).with_tracer(options.tracer.clone()),
+            )
+            .max_decoding_message_size(options.max_request_bytes),
         );
     let grpc_stop = draining.clone().cancelled_owned();
     // One boxed future either way: the plaintext and TLS incoming streams

@@ -6,6 +6,7 @@
 //! environment.
 
 mod flags;
+mod otlp;
 mod parse;
 mod redis;
 mod stats;
@@ -13,6 +14,7 @@ mod stats;
 mod tests;
 mod xds;
 
+pub use flags::TracingExporterProtocol;
 pub use flags::{BackendType, LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs};
 pub use parse::parse_duration;
 use parse::{
@@ -85,6 +87,8 @@ pub struct Settings {
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the
     /// first rules arrive instead of waiting for them.
     pub force_start_without_initial_config: bool,
+    /// `TRACING_ENABLED`: where and how spans are exported; `None` when off.
+    pub tracing: Option<crate::otel::TracingSettings>,
 }
 
 /// A setting that could not be understood.
@@ -336,6 +340,7 @@ impl Settings {
                 args.xds_args.force_start_without_initial_config,
                 "FORCE_START_WITHOUT_INITIAL_CONFIG",
             )?,
+            tracing: otlp::tracing_settings(args, &get)?,
             metrics_addr,
             near_limit_ratio,
             metrics_max_series: number(
@@ -377,6 +382,10 @@ impl Settings {
                     get("LOCAL_CACHE_SIZE_IN_BYTES"),
                     "LOCAL_CACHE_SIZE_IN_BYTES",
                     0,
+                )?,
+                dynamic_metadata: flag(
+                    args.response_dynamic_metadata,
+                    "RESPONSE_DYNAMIC_METADATA",
                 )?,
             },
             memory_store_max_bytes: number(
