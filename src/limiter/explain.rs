@@ -181,6 +181,7 @@ impl<S: Store> Limiter<S> {
                     base,
                     outcome: cached,
                     cached: cached.is_some(),
+                    candidate: is_candidate(limits, base),
                     hits,
                 });
             }

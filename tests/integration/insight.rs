@@ -490,12 +490,17 @@ async fn explain_an_answer_from_the_local_cache() {
 /// An enforced 100/min next to a shadow 10/min on one descriptor: 50 calls
 /// are all OK, and the shadow limit's 40 would-be denials are counted (in
 /// the rule's `shadow_mode` stat and in the over-limit top list).
-async fn candidate_limit_counts_would_be_denials(backend: Backend) {
+/// With `stop_when_over` (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) too: a
+/// candidate over its limit never stops the enforced one from counting.
+async fn candidate_limit_counts_would_be_denials(backend: Backend, stop_when_over: bool) {
     let server = TestServer::start(
         index(&[("ops.yaml", RULES)]),
         backend.store.clone(),
         Arc::new(ManualClock::new(UnixMillis::from_secs(T0))),
-        LimiterOptions::default(),
+        LimiterOptions {
+            stop_when_over,
+            ..LimiterOptions::default()
+        },
     )
     .await;
     let mut client = server.client().await;
@@ -567,12 +572,22 @@ async fn candidate_limit_counts_would_be_denials(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidate_limit_on_the_memory_store() {
-    candidate_limit_counts_would_be_denials(memory().await).await;
+    candidate_limit_counts_would_be_denials(memory().await, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidate_limit_with_stop_increment_on_the_memory_store() {
+    candidate_limit_counts_would_be_denials(memory().await, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidate_limit_with_stop_increment_on_redis() {
+    candidate_limit_counts_would_be_denials(standalone().await, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidate_limit_on_redis() {
-    candidate_limit_counts_would_be_denials(standalone().await).await;
+    candidate_limit_counts_would_be_denials(standalone().await, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -159,14 +159,24 @@ impl MemoryStore {
                 .map(|op| self.apply_one(op.id, &op.spec, op.hits, now, false))
                 .collect();
         }
+        // Candidate (shadow) limits count as if alone: they neither refuse
+        // the request nor are refused with it.
         let mut outcomes: Vec<Outcome> = batch
             .ops
             .iter()
-            .map(|op| self.apply_one(op.id.clone(), &op.spec, op.hits, now, true))
+            .map(|op| {
+                let refuse = !op.id.is_candidate();
+                self.apply_one(op.id.clone(), &op.spec, op.hits, now, refuse)
+            })
             .collect();
-        if outcomes.iter().any(|o| o.over_limit) {
+        let refused = batch
+            .ops
+            .iter()
+            .zip(&outcomes)
+            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
+        if refused {
             for (op, outcome) in batch.ops.into_iter().zip(&mut outcomes) {
-                if outcome.counted && op.hits > 0 {
+                if outcome.counted && op.hits > 0 && !op.id.is_candidate() {
                     self.take_back(&op, now);
                     *outcome = super::taken_back(&op, *outcome, now);
                 }
