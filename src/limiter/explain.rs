@@ -148,7 +148,8 @@ impl<S: Store> Limiter<S> {
         let request_hits = u64::from(request.hits_addend.max(1));
         let mut slots: Vec<Pending> = Vec::new();
         let mut reads: Vec<Read> = Vec::new();
-        let mut batch = Batch::with_capacity(plans.len(), false);
+        let (mut window_reads, mut window_ops): (Vec<Read>, Vec<Op>) = (Vec::new(), Vec::new());
+        let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             let Plan::Limited { limits, shared, .. } = plan else {
                 continue;
@@ -181,21 +182,56 @@ impl<S: Store> Limiter<S> {
                     base,
                     outcome: cached,
                     cached: cached.is_some(),
+                    candidate: is_candidate(limits, base),
                     hits,
                 });
             }
             for (at, limit) in limits.iter().enumerate() {
-                reads.push(Read::Window { plan: i, limit: at });
-                batch.ops.push(Op {
+                window_reads.push(Read::Window { plan: i, limit: at });
+                window_ops.push(Op {
                     id: id_of(at),
                     spec: single_spec(limit),
                     hits: 0,
                 });
             }
         }
+        // Windows are read first, so they show the counters before this
+        // request, whatever the store lets later operations see.
+        window_reads.append(&mut reads);
+        reads = window_reads;
+        window_ops.append(&mut batch.ops);
+        batch.ops = window_ops;
+        let stop_when_over = self.options.stop_when_over;
+        if stop_when_over && slots.iter().any(|s| s.cached && !s.candidate) {
+            // As the decision: a descriptor over in the local cache makes
+            // the request count nothing (candidates count as if alone).
+            for (read, op) in reads.iter().zip(&mut batch.ops) {
+                if matches!(read, Read::Slot(_)) && !op.id.is_candidate() {
+                    op.hits = 0;
+                }
+            }
+        }
         let mut windows: Vec<Vec<WindowState>> = vec![Vec::new(); plans.len()];
         if !batch.is_empty() {
-            let outcomes = self.store.peek(&batch, now).await?;
+            let mut outcomes = self.store.peek(&batch, now).await?;
+            // As the decision: a request over an enforced limit counts
+            // nothing, and the others answer as if refused.
+            let decided = || reads.iter().zip(&batch.ops).zip(outcomes.iter());
+            let refused = stop_when_over
+                && decided().any(|((read, op), o)| {
+                    matches!(read, Read::Slot(_)) && o.over_limit && !op.id.is_candidate()
+                });
+            if refused {
+                for ((read, op), outcome) in reads.iter().zip(&batch.ops).zip(&mut outcomes) {
+                    if matches!(read, Read::Slot(_))
+                        && outcome.counted
+                        && op.hits > 0
+                        && !op.id.is_candidate()
+                    {
+                        *outcome = crate::store::taken_back(op, *outcome, now);
+                    }
+                }
+            }
             for (read, outcome) in reads.iter().zip(outcomes) {
                 match *read {
                     Read::Slot(s) => {

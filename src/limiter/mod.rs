@@ -159,14 +159,15 @@ impl<S: Store> Limiter<S> {
             let specs = specs(limits);
             let last = specs.len().saturating_sub(1);
             for (n, (spec, base)) in specs.into_iter().enumerate() {
+                let candidate = is_candidate(limits, base).then(|| id.candidate(base));
                 let mut slot = Pending {
                     plan: i,
                     base,
                     outcome: None,
                     cached: false,
+                    candidate: candidate.is_some(),
                     hits,
                 };
-                let candidate = is_candidate(limits, base).then(|| id.candidate(base));
                 if let Some(hit) = self
                     .local_cache
                     .as_ref()
@@ -188,11 +189,12 @@ impl<S: Store> Limiter<S> {
                 slots.push(slot);
             }
         }
-        if self.options.stop_when_over && slots.iter().any(|s| s.cached) {
+        if self.options.stop_when_over && slots.iter().any(|s| s.cached && !s.candidate) {
             // As the reference: a descriptor already over the limit in the
             // local cache makes the request count nothing anywhere; the
-            // others are read (hits 0) for their answers.
-            for op in &mut batch.ops {
+            // others are read (hits 0) for their answers. Candidate limits
+            // count as if alone.
+            for op in batch.ops.iter_mut().filter(|op| !op.id.is_candidate()) {
                 op.hits = 0;
             }
         }

@@ -137,6 +137,8 @@ pub(super) struct Pending {
     pub(super) outcome: Option<Outcome>,
     /// Answered from the local over-limit cache.
     pub(super) cached: bool,
+    /// A shadow (candidate) limit's operation.
+    pub(super) candidate: bool,
     pub(super) hits: u64,
 }
 

@@ -10,7 +10,7 @@ use std::fmt::{self, Write as _};
 
 /// The escaped identity of one counter.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CounterId(String);
+pub struct CounterId(String, bool);
 
 impl CounterId {
     /// Builds the identity of `domain` with `entries` in order.
@@ -23,7 +23,7 @@ impl CounterId {
             out.push('=');
             escape_into(&mut out, value);
         }
-        Self(out)
+        Self(out, false)
     }
 
     /// The identity of the counters of a rule's shadow (candidate) limit at
@@ -36,7 +36,14 @@ impl CounterId {
         out.push_str(&self.0);
         // Infallible: writing to a String cannot fail.
         let _ = write!(out, "|%shadow{limit}");
-        Self(out)
+        Self(out, true)
+    }
+
+    /// Whether this counts a shadow (candidate) limit: such an operation
+    /// never refuses a request under `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`
+    /// and is never refused with one; it counts as if it were alone.
+    pub fn is_candidate(&self) -> bool {
+        self.1
     }
 
     /// The escaped text.

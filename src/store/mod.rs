@@ -179,8 +179,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
 
     /// What every operation of `batch` would answer if executed at `now`,
-    /// without changing any counter (for `/explain`). The answers are those
-    /// of operations run one by one (`stop_when_over` is not applied).
+    /// without changing any counter (for `/explain`). Under
+    /// `stop_when_over` each operation refuses as it would, but a batch
+    /// that would be refused as a whole is not taken back: the caller
+    /// takes back what was counted itself. On Redis, operations on the same
+    /// counter in one batch each read the counter as it stands (the
+    /// embedded store lets later ones see earlier ones, as a decision does).
     ///
     /// # Errors
     ///

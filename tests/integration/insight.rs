@@ -490,12 +490,17 @@ async fn explain_an_answer_from_the_local_cache() {
 /// An enforced 100/min next to a shadow 10/min on one descriptor: 50 calls
 /// are all OK, and the shadow limit's 40 would-be denials are counted (in
 /// the rule's `shadow_mode` stat and in the over-limit top list).
-async fn candidate_limit_counts_would_be_denials(backend: Backend) {
+/// With `stop_when_over` (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) too: a
+/// candidate over its limit never stops the enforced one from counting.
+async fn candidate_limit_counts_would_be_denials(backend: Backend, stop_when_over: bool) {
     let server = TestServer::start(
         index(&[("ops.yaml", RULES)]),
         backend.store.clone(),
         Arc::new(ManualClock::new(UnixMillis::from_secs(T0))),
-        LimiterOptions::default(),
+        LimiterOptions {
+            stop_when_over,
+            ..LimiterOptions::default()
+        },
     )
     .await;
     let mut client = server.client().await;
@@ -567,12 +572,22 @@ async fn candidate_limit_counts_would_be_denials(backend: Backend) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidate_limit_on_the_memory_store() {
-    candidate_limit_counts_would_be_denials(memory().await).await;
+    candidate_limit_counts_would_be_denials(memory().await, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidate_limit_with_stop_increment_on_the_memory_store() {
+    candidate_limit_counts_would_be_denials(memory().await, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidate_limit_with_stop_increment_on_redis() {
+    candidate_limit_counts_would_be_denials(standalone().await, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidate_limit_on_redis() {
-    candidate_limit_counts_would_be_denials(standalone().await).await;
+    candidate_limit_counts_would_be_denials(standalone().await, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -595,4 +610,108 @@ async fn explain_answers_503_when_the_store_cannot_be_read() {
     .await;
     assert_eq!(answer.status, 503, "{}", answer.body);
     server.shutdown().await;
+}
+
+/// On Redis (standalone and Cluster) too, `/explain` predicts exactly what
+/// the next decision answers: random requests (distinct descriptors; see
+/// the README for a descriptor named twice) over every kind of rule above,
+/// random clock steps.
+fn explain_predicts_the_decision_on(backend: impl std::future::Future<Output = Backend>) {
+    use floodgate::descriptor::{Descriptor, Request};
+    use floodgate::limiter::Limiter;
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+    const KEYS: [&str; 11] = [
+        "user",
+        "plan",
+        "path",
+        "free",
+        "paid",
+        "internal",
+        "shady",
+        "candidate",
+        "fw",
+        "sw",
+        "sl",
+    ];
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = rt.block_on(backend);
+    let steps = proptest::collection::vec(
+        (
+            0u64..2_500,
+            proptest::sample::subsequence((0..KEYS.len() + 1).collect::<Vec<_>>(), 1..4),
+            0u64..3,
+        ),
+        1..20,
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let result = runner.run(&steps, |steps| {
+        // Each case far from the others in time, so counters never meet.
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let clock = Arc::new(ManualClock::new(UnixMillis::from_secs(
+            T0 + n * 10 * 86_400,
+        )));
+        let limiter = Limiter::new(
+            Arc::new(arc_swap::ArcSwap::from_pointee(index(&[(
+                "ops.yaml", RULES,
+            )]))),
+            backend.store.clone(),
+            clock.clone(),
+            LimiterOptions::default(),
+        );
+        for (advance, keys, hits) in steps {
+            clock.advance(std::time::Duration::from_millis(advance));
+            let descriptors = keys
+                .iter()
+                .map(|&k| {
+                    let key = KEYS.get(k).copied().unwrap_or("gc");
+                    let value = if key == "path" { "/api/p" } else { "v" };
+                    let mut d = Descriptor::from_pairs([(key, value)]);
+                    d.hits_addend = Some(hits);
+                    d
+                })
+                .collect();
+            let request = Request {
+                domain: "ops".into(),
+                descriptors,
+                hits_addend: 0,
+            };
+            let explained = rt.block_on(limiter.explain(&request)).unwrap();
+            let decided = rt.block_on(limiter.should_rate_limit(&request)).unwrap();
+            let predicted: Vec<_> = explained
+                .descriptors
+                .into_iter()
+                .map(|d| d.status)
+                .collect();
+            if predicted != decided.statuses || explained.overall_code != decided.overall_code {
+                return Err(TestCaseError::fail(format!(
+                    "{request:?}: explained {predicted:?}, decided {:?}",
+                    decided.statuses
+                )));
+            }
+        }
+        Ok(())
+    });
+    if let Err(err) = result {
+        panic!("{err}");
+    }
+}
+
+#[test]
+fn explain_predicts_the_decision_on_redis() {
+    explain_predicts_the_decision_on(standalone());
+}
+
+#[test]
+fn explain_predicts_the_decision_on_a_redis_cluster() {
+    explain_predicts_the_decision_on(cluster());
 }

@@ -2,7 +2,8 @@
 //! (`scripts/test.sh` installs it when missing): it loads with no console
 //! message, the page requests nothing but 127.0.0.1, and within 3 s (of the
 //! browser's virtual time) of traffic it shows the hot descriptor's value. A
-//! screenshot is saved as `target/insight-page.png`.
+//! screenshot is saved as `target/tmp/insight-page.png` (Cargo's
+//! `CARGO_TARGET_TMPDIR`).
 
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::get;
@@ -200,7 +201,9 @@ async fn the_page_shows_the_hot_descriptor_with_no_console_error_and_nothing_ext
         assert!(url.starts_with(&origin), "the page asked for {url}");
     }
 
-    let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/insight-page.png");
+    // Under the target directory, wherever CARGO_TARGET_DIR puts it.
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("insight-page.png");
+    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let _ = std::fs::remove_file(&shot);
     {
         let (dir, page, flags) = (

@@ -159,14 +159,24 @@ impl MemoryStore {
                 .map(|op| self.apply_one(op.id, &op.spec, op.hits, now, false))
                 .collect();
         }
+        // Candidate (shadow) limits count as if alone: they neither refuse
+        // the request nor are refused with it.
         let mut outcomes: Vec<Outcome> = batch
             .ops
             .iter()
-            .map(|op| self.apply_one(op.id.clone(), &op.spec, op.hits, now, true))
+            .map(|op| {
+                let refuse = !op.id.is_candidate();
+                self.apply_one(op.id.clone(), &op.spec, op.hits, now, refuse)
+            })
             .collect();
-        if outcomes.iter().any(|o| o.over_limit) {
+        let refused = batch
+            .ops
+            .iter()
+            .zip(&outcomes)
+            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
+        if refused {
             for (op, outcome) in batch.ops.into_iter().zip(&mut outcomes) {
-                if outcome.counted && op.hits > 0 {
+                if outcome.counted && op.hits > 0 && !op.id.is_candidate() {
                     self.take_back(&op, now);
                     *outcome = super::taken_back(&op, *outcome, now);
                 }
@@ -203,8 +213,12 @@ impl MemoryStore {
 
     /// What every operation of `batch` would answer at `now`, changing
     /// nothing: each runs on a copy of its counter (a fresh one when absent),
-    /// and the least-recently-used order is left as it is.
+    /// refusing as [`MemoryStore::apply`] does under `stop_when_over`; later
+    /// operations on the same counter see the earlier ones; the
+    /// least-recently-used order is left as it is. A refused batch is not
+    /// taken back here (see [`Store::peek`]).
     pub fn peek(&self, batch: &Batch, now: UnixMillis) -> Vec<Outcome> {
+        let mut copies: Vec<(EntryKey, Entry)> = Vec::new();
         batch
             .ops
             .iter()
@@ -213,18 +227,29 @@ impl MemoryStore {
                     id: op.id.clone(),
                     kind: CounterKind::of(&op.spec, now),
                 };
-                let mut copy = self
-                    .shard(&key)
-                    .lock()
-                    .map
-                    .peek(&key)
-                    .cloned()
-                    .unwrap_or_else(|| Entry {
-                        state: State::new(&op.spec),
-                        expires_at: now,
-                        bytes: 0,
-                    });
-                copy.apply(&op.spec, op.hits, now, false)
+                let at = match copies.iter().position(|(k, _)| *k == key) {
+                    Some(at) => at,
+                    None => {
+                        let copy = self
+                            .shard(&key)
+                            .lock()
+                            .map
+                            .peek(&key)
+                            .cloned()
+                            .unwrap_or_else(|| Entry {
+                                state: State::new(&op.spec),
+                                expires_at: now,
+                                bytes: 0,
+                            });
+                        copies.push((key, copy));
+                        copies.len() - 1
+                    }
+                };
+                let refuse = batch.stop_when_over && !op.id.is_candidate();
+                match copies.get_mut(at) {
+                    Some((_, copy)) => copy.apply(&op.spec, op.hits, now, refuse),
+                    None => Outcome::NOTHING,
+                }
             })
             .collect()
     }

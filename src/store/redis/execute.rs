@@ -22,7 +22,7 @@ pub(super) async fn take_back(
     now: UnixMillis,
 ) -> RedisResult<()> {
     let undo: Vec<usize> = (0..ops.len())
-        .filter(|&i| outcomes[i].counted && ops[i].hits > 0)
+        .filter(|&i| outcomes[i].counted && ops[i].hits > 0 && undos[i].is_some())
         .collect();
     let cmds: Vec<redis::Cmd> = undo
         .iter()

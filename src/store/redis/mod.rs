@@ -211,7 +211,7 @@ impl RedisStore {
         let (cmds, undos): (Vec<redis::Cmd>, Vec<Option<Undo>>) = batch
             .ops
             .iter()
-            .map(|op| self.call(op, now, batch.stop_when_over))
+            .map(|op| self.call(op, now, batch.stop_when_over && !op.id.is_candidate()))
             .unzip();
         let lane = match connection {
             Connection::Pool(pool) => pool.lane(),
@@ -237,7 +237,14 @@ impl RedisStore {
             .zip(&replies)
             .map(|(op, reply)| outcome(op, reply, now))
             .collect::<RedisResult<_>>()?;
-        if batch.stop_when_over && outcomes.iter().any(|o| o.over_limit) {
+        // Candidate (shadow) limits neither refuse the batch nor are taken
+        // back with it (they have no undo).
+        let refused = batch
+            .ops
+            .iter()
+            .zip(&outcomes)
+            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
+        if batch.stop_when_over && refused {
             take_back(connection, &batch.ops, &undos, &mut outcomes, now).await?;
         }
         Ok(outcomes)

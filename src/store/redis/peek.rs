@@ -25,7 +25,10 @@ impl RedisStore {
             let cmds: Vec<redis::Cmd> = batch
                 .ops
                 .iter()
-                .map(|op| peek_cmd(algorithm_number(&op.spec), &self.call(op, now, false).0))
+                .map(|op| {
+                    let refuse = batch.stop_when_over && !op.id.is_candidate();
+                    peek_cmd(algorithm_number(&op.spec), &self.call(op, now, refuse).0)
+                })
                 .collect();
             let replies = execute(&connection, cmds).await?;
             if replies.len() != batch.ops.len() {
