@@ -5,7 +5,10 @@
 use prost::Message as _;
 use std::path::PathBuf;
 
-const PROTOS: &[&str] = &["proto/envoy/service/ratelimit/v3/rls.proto"];
+const PROTOS: &[&str] = &[
+    "proto/envoy/service/ratelimit/v3/rls.proto",
+    "proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");

@@ -13,6 +13,8 @@
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
 //! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`rlqs`]: Envoy's Rate Limit Quota Service over the same rules and
+//!   store: a rule's budget split across the Envoys reporting a bucket.
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
@@ -31,6 +33,7 @@ pub mod config;
 pub mod descriptor;
 pub mod limiter;
 pub mod metrics;
+pub mod rlqs;
 pub mod server;
 pub mod settings;
 pub mod shutdown;

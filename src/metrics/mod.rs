@@ -12,6 +12,7 @@
 
 mod histogram;
 mod render;
+pub mod rlqs;
 #[cfg(test)]
 mod tests;
 
@@ -102,6 +103,8 @@ pub struct Metrics {
     in_flight: AtomicI64,
     request_latency: Histogram,
     store_latency: Histogram,
+    /// RLQS streams, buckets and assignments.
+    pub rlqs: rlqs::RlqsMetrics,
 }
 
 impl Default for Metrics {
@@ -127,6 +130,7 @@ impl Metrics {
             in_flight: AtomicI64::new(0),
             request_latency: Histogram::default(),
             store_latency: Histogram::default(),
+            rlqs: rlqs::RlqsMetrics::default(),
         }
     }
 

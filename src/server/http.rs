@@ -7,6 +7,7 @@
 //! limiter and the health state, nothing of stores.
 
 mod json;
+pub(crate) mod rlqs;
 
 use super::health::Health;
 use crate::config::{Algorithm, Policy, ReloadStats, Rule};

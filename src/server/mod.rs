@@ -1,5 +1,5 @@
-//! Assembles the listeners: gRPC (RLS, health, reflection; plaintext or
-//! TLS) and HTTP, serves them until shutdown, then drains within a grace
+//! Assembles the listeners: gRPC (RLS, RLQS, health, reflection; plaintext
+//! or TLS) and HTTP, serves them until shutdown, then drains within a grace
 //! period. Owns the background tasks of a running server (the store's own
 //! maintenance, rule watcher, TLS certificate watcher), all on one
 //! `TaskTracker`. Knows no store variant: each store runs its own
@@ -20,6 +20,7 @@ use crate::limiter::Limiter;
 use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
+use proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -97,6 +98,8 @@ pub struct ServeOptions {
     /// Path of the metrics on the separate metrics listener
     /// (`PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// The Rate Limit Quota Service (RLQS) settings.
+    pub rlqs: crate::rlqs::RlqsOptions,
 }
 
 impl Default for ServeOptions {
@@ -109,6 +112,7 @@ impl Default for ServeOptions {
             reload: None,
             tls: None,
             metrics_path: "/metrics".to_owned(),
+            rlqs: crate::rlqs::RlqsOptions::default(),
         }
     }
 }
@@ -261,6 +265,13 @@ pub async fn serve(
         .add_service(
             RateLimitServiceServer::new(grpc::RlsService::new(limiter.clone()))
                 .max_decoding_message_size(options.max_request_bytes),
+        )
+        .add_service(
+            RateLimitQuotaServiceServer::new(crate::rlqs::RlqsService::new(
+                limiter.clone(),
+                options.rlqs.clone(),
+            ))
+            .max_decoding_message_size(options.max_request_bytes),
         );
     let grpc_stop = draining.clone().cancelled_owned();
     // One boxed future either way: the plaintext and TLS incoming streams
@@ -304,7 +315,8 @@ pub async fn serve(
     }
     let http = axum::serve(
         listeners.http,
-        http::router(health, limiter, reloads, options.max_request_bytes),
+        http::router(health, limiter.clone(), reloads, options.max_request_bytes)
+            .merge(http::rlqs::router(limiter, options.rlqs.clone())),
     )
     .with_graceful_shutdown(draining.clone().cancelled_owned());
 

@@ -16,6 +16,7 @@ mod config;
 mod connection;
 mod execute;
 mod keys;
+mod rlqs;
 mod scripts;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
