@@ -14,4 +14,5 @@ mod http;
 mod model;
 mod redis;
 mod reload;
+mod rlqs;
 mod tls;
