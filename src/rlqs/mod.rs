@@ -52,6 +52,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 /// How often Envoy 1.40 reports every bucket it knows, whatever
@@ -382,20 +383,30 @@ struct Shared {
     options: RlqsOptions,
     names: RandomState,
     streams: AtomicU64,
+    /// Cancelled when the server starts draining: every stream ends.
+    draining: CancellationToken,
     /// Last second a store failure was logged (failures are logged at most
     /// once a second).
     logged_at: AtomicU64,
 }
 
 impl RlqsService {
-    /// A service over `limiter`'s rules, store, clock and metrics.
-    pub fn new(limiter: Arc<Limiter<StoreKind>>, options: RlqsOptions) -> Self {
+    /// A service over `limiter`'s rules, store, clock and metrics. Every
+    /// stream ends (OK status, so Envoys reconnect, to this instance or
+    /// another) once `draining` is cancelled: streams live as long as their
+    /// Envoy, and shutdown must not wait for them.
+    pub fn new(
+        limiter: Arc<Limiter<StoreKind>>,
+        options: RlqsOptions,
+        draining: CancellationToken,
+    ) -> Self {
         Self {
             inner: Arc::new(Shared {
                 limiter,
                 options,
                 names: RandomState::new(),
                 streams: AtomicU64::new(0),
+                draining,
                 logged_at: AtomicU64::new(0),
             }),
         }
@@ -514,7 +525,7 @@ impl Shared {
         let mut pending: Vec<Option<(BucketKey, BucketId, Budget)>> = Vec::new();
         let mut reports: Vec<DemandReport> = Vec::new();
         // Map order is arbitrary; sort so answers come in a stable order.
-        let mut usages: Vec<_> = report.bucket_quota_usages.into_values().collect();
+        let mut usages = report.bucket_quota_usages;
         usages.sort_by(|a, b| {
             let key = |u: &crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage| {
                 u.bucket_id.as_ref().map(|id| {
@@ -713,9 +724,25 @@ impl RateLimitQuotaService for RlqsService {
                     return None;
                 }
                 loop {
-                    // The Envoy closed the stream, or it broke.
-                    let Ok(Some(report)) = inbound.message().await else {
-                        return None;
+                    let draining = stream.shared.draining.clone();
+                    let message = tokio::select! {
+                        () = draining.cancelled() => return None,
+                        message = inbound.message() => message,
+                    };
+                    let report = match message {
+                        Ok(Some(report)) => report,
+                        // The Envoy closed the stream.
+                        Ok(None) => return None,
+                        // It broke, or sent what cannot be decoded: say so
+                        // (the status reaches a client still listening).
+                        Err(status) => {
+                            debug!(
+                                error = &status as &dyn std::error::Error,
+                                "rlqs stream failed"
+                            );
+                            stream.done = true;
+                            return Some((Err(status), (inbound, stream)));
+                        }
                     };
                     let shared = stream.shared.clone();
                     match shared.report(&mut stream, report).await {

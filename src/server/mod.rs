@@ -270,6 +270,7 @@ pub async fn serve(
             RateLimitQuotaServiceServer::new(crate::rlqs::RlqsService::new(
                 limiter.clone(),
                 options.rlqs.clone(),
+                draining.clone(),
             ))
             .max_decoding_message_size(options.max_request_bytes),
         );

@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod conformance;
 mod e2e;
+mod e2e_rlqs;
 mod grpc;
 mod hostile;
 mod http;

@@ -28,8 +28,8 @@ fn envoy_bin() -> PathBuf {
         .unwrap_or_else(|| panic!("{INSTALL_HINT}"))
 }
 
-fn template() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/envoy.yaml");
+fn template(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e").join(name);
     std::fs::read_to_string(&path)
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()))
 }
@@ -50,9 +50,15 @@ impl Envoy {
     /// waits until its admin endpoint reports ready. Retries on a port
     /// collision; panics with Envoy's log if it never gets ready.
     pub async fn start(rls_port: u16) -> Self {
+        Self::start_from("envoy.yaml", rls_port, &[]).await
+    }
+
+    /// Like [`Envoy::start`], from the template `e2e/<template>` with the
+    /// extra `${NAME}` substitutions of `vars`.
+    pub async fn start_from(template: &str, rls_port: u16, vars: &[(&str, &str)]) -> Self {
         let mut last_log = String::new();
         for _ in 0..3 {
-            match Self::spawn(rls_port).await {
+            match Self::spawn(template, rls_port, vars).await {
                 Ok(envoy) => return envoy,
                 Err(log) => last_log = log,
             }
@@ -60,14 +66,21 @@ impl Envoy {
         panic!("envoy did not get ready; last log:\n{last_log}");
     }
 
-    async fn spawn(rls_port: u16) -> Result<Self, String> {
+    async fn spawn(
+        template_name: &str,
+        rls_port: u16,
+        vars: &[(&str, &str)],
+    ) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
         let (listen, upstream, admin) = (free_port(), free_port(), free_port());
-        let config = template()
+        let mut config = template(template_name)
             .replace("${LISTEN_PORT}", &listen.to_string())
             .replace("${UPSTREAM_PORT}", &upstream.to_string())
             .replace("${ADMIN_PORT}", &admin.to_string())
             .replace("${RLS_PORT}", &rls_port.to_string());
+        for (name, value) in vars {
+            config = config.replace(&format!("${{{name}}}"), value);
+        }
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, config).unwrap();
         let log = std::fs::File::create(dir.path().join("envoy.log")).unwrap();

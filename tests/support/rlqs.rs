@@ -9,7 +9,6 @@ use floodgate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usa
 use floodgate::proto::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -159,23 +158,17 @@ impl RlqsClient {
 
     /// Sends one report for `domain`.
     pub async fn report(&self, domain: &str, usages: &[Usage<'_>]) {
-        let bucket_quota_usages: HashMap<u64, BucketQuotaUsage> = usages
+        let bucket_quota_usages: Vec<BucketQuotaUsage> = usages
             .iter()
-            .enumerate()
-            .map(|(i, usage)| {
-                (
-                    i as u64,
-                    BucketQuotaUsage {
-                        bucket_id: Some(bucket_id(usage.bucket)),
-                        time_elapsed: Some(prost_types::Duration {
-                            seconds: 5,
-                            nanos: 0,
-                        }),
-                        num_requests_allowed: usage.allowed,
-                        num_requests_denied: usage.denied,
-                        last_report: None,
-                    },
-                )
+            .map(|usage| BucketQuotaUsage {
+                bucket_id: Some(bucket_id(usage.bucket)),
+                time_elapsed: Some(prost_types::Duration {
+                    seconds: 5,
+                    nanos: 0,
+                }),
+                num_requests_allowed: usage.allowed,
+                num_requests_denied: usage.denied,
+                last_report: None,
             })
             .collect();
         self.reports
