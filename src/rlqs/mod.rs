@@ -932,6 +932,13 @@ descriptors:
     }
 
     #[test]
+    fn members_leave_the_split_once_their_assignments_expired() {
+        let options = RlqsOptions::default();
+        assert_eq!(options.stale_after(), options.ttl() + ENVOY_REPORT_INTERVAL);
+        assert_eq!(options.stale_after(), Duration::from_secs(20));
+    }
+
+    #[test]
     fn ttls_are_never_under_a_second() {
         let options = RlqsOptions {
             assignment_ttl: Duration::from_millis(10),

@@ -313,6 +313,14 @@ mod tests {
                             u128::from(b.max_tokens) * u128::from(UNITS)
                                 <= u128::from(budget.burst) * u128::from(units)
                         );
+                        // Rounding costs at most 0.1 % of the share's rate
+                        // (unless the fill interval hit its cap).
+                        if b.fill_interval_secs.saturating_mul(2) <= MAX_FILL_SECS {
+                            prop_assert!(
+                                u128::from(b.tokens_per_fill) * 1_000 * u128::from(UNITS) * u128::from(budget.window_secs)
+                                    >= 999 * u128::from(budget.requests) * u128::from(units) * u128::from(b.fill_interval_secs)
+                            );
+                        }
                         tokens += u64::from(b.max_tokens);
                         rate += b.rate_per_sec();
                     }

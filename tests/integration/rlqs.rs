@@ -200,8 +200,10 @@ async fn periodic_reports_push_changes_only_and_refresh_before_the_ttl() {
     let refreshed = envoy.ask("edge", &[usage(alice, 5, 5)]).await;
     assert_eq!(only(&refreshed), first);
     assert_eq!(refreshed[0].ttl_ms, 12_000);
-    drop(envoy);
+    // Shutdown ends the stream (OK, so the Envoy reconnects) instead of
+    // waiting for it.
     server.shutdown().await;
+    assert!(matches!(envoy.try_next().await, Ok(None)));
 }
 
 #[tokio::test]
@@ -328,7 +330,16 @@ async fn a_reconnecting_envoy_keeps_its_place_in_the_split() {
     let view = http::get(server.http_addr, "/rlqs?domain=edge&bucket=user=r").await;
     let json: serde_json::Value = serde_json::from_str(&view.body).unwrap();
     assert_eq!(json["members"].as_array().unwrap().len(), 2, "{json}");
-    drop((again, b));
+    // Without a client id, every stream is a member of its own.
+    let mut anonymous = RlqsClient::connect(server.grpc_addr, None).await;
+    anonymous.ask("edge", &[usage(user, 1, 0)]).await;
+    drop(anonymous);
+    let mut anonymous = RlqsClient::connect(server.grpc_addr, None).await;
+    anonymous.ask("edge", &[usage(user, 1, 0)]).await;
+    let view = http::get(server.http_addr, "/rlqs?domain=edge&bucket=user=r").await;
+    let json: serde_json::Value = serde_json::from_str(&view.body).unwrap();
+    assert_eq!(json["members"].as_array().unwrap().len(), 4, "{json}");
+    drop((again, b, anonymous));
     server.shutdown().await;
 }
 
@@ -508,4 +519,46 @@ async fn memory_and_redis_registries_grant_the_same() {
     assert_eq!(on_memory, on_redis);
     memory.shutdown().await;
     shared.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failing_store_makes_no_new_assignments_and_recovers() {
+    let mut redis = RedisServer::start();
+    let clock = clock();
+    let mut config = redis_config(RedisMode::Single, redis.addr());
+    config.timeout = Duration::from_millis(300);
+    let server = server(connected(config).await, &clock, options()).await;
+    let mut envoy = RlqsClient::connect(server.grpc_addr, Some("a")).await;
+    let user: &[(&str, &str)] = &[("user", "s")];
+    assert_eq!(
+        only(&envoy.ask("edge", &[usage(user, 1, 0)]).await).tokens(),
+        58
+    );
+    redis.stop();
+    // Blanket answers need no store and still come; the split bucket gets
+    // nothing new (its assignment in force lasts until its TTL).
+    clock.advance(Duration::from_secs(7));
+    let answers = envoy
+        .ask("edge", &[usage(user, 5, 0), usage(&[("vip", "v")], 1, 0)])
+        .await;
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].assigned, Assigned::AllowAll);
+    let metrics = http::get(server.http_addr, "/metrics").await.body;
+    assert!(
+        metrics.contains("ratelimit_rlqs_store_errors_total 1\n"),
+        "{metrics}"
+    );
+    // Redis is back: the next report is answered again.
+    redis.restart(&[]);
+    let mut back = Vec::new();
+    for _ in 0..50 {
+        clock.advance(Duration::from_secs(7));
+        back = envoy.ask_or_nothing("edge", &[usage(user, 5, 0)]).await;
+        if !back.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(only(&back).tokens(), 58, "{back:?}");
+    drop(envoy);
+    server.shutdown().await;
 }
