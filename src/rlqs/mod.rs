@@ -566,8 +566,9 @@ impl Shared {
                     actions.push(assignment(bucket_id, Strategy::DenyAll, ttl));
                     continue;
                 }
-                Step::Abandon => {
+                Step::Abandon(withdrawn) => {
                     metrics.add_buckets(-1);
+                    metrics.add_granted(-withdrawn.map_or(0, micro_rate));
                     metrics.record_abandoned();
                     if let Decision::Split { id, .. } = decision {
                         reports.push(DemandReport {

@@ -150,8 +150,9 @@ pub struct BucketState {
 pub enum Step {
     /// Keep it and decide its assignment.
     Track,
-    /// Tell the Envoy to forget it: idle past the idle timeout.
-    Abandon,
+    /// Tell the Envoy to forget it: idle past the idle timeout. Carries the
+    /// assignment it had, now withdrawn.
+    Abandon(Option<Strategy>),
     /// Not tracked: the stream already tracks its most buckets.
     Refuse,
 }
@@ -231,8 +232,9 @@ impl StreamState {
                 }
                 let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
                 if now.0.saturating_sub(state.active_at.0) >= idle_ms {
+                    let withdrawn = state.pushed;
                     self.buckets.remove(key);
-                    return (Step::Abandon, false);
+                    return (Step::Abandon(withdrawn), false);
                 }
                 (Step::Track, false)
             }
@@ -396,7 +398,7 @@ mod tests {
         assert_eq!(state.observe(&k, 0, t(29), idle, 10).0, Step::Track);
         assert_eq!(state.observe(&k, 2, t(29), idle, 10).0, Step::Track);
         assert_eq!(state.observe(&k, 0, t(58), idle, 10).0, Step::Track);
-        assert_eq!(state.observe(&k, 0, t(59), idle, 10).0, Step::Abandon);
+        assert_eq!(state.observe(&k, 0, t(59), idle, 10).0, Step::Abandon(None));
         assert!(state.is_empty());
         // Seen again: a new bucket.
         assert_eq!(state.observe(&k, 1, t(60), idle, 10), (Step::Track, true));

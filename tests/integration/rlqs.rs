@@ -294,6 +294,11 @@ async fn idle_buckets_are_abandoned_and_release_their_share() {
         metrics.contains("ratelimit_rlqs_abandoned_total 1\n"),
         "{metrics}"
     );
+    // a's withdrawn bucket no longer counts in the granted rate: only b's.
+    assert!(
+        metrics.contains("ratelimit_rlqs_granted_tokens_per_second 0.975\n"),
+        "{metrics}"
+    );
     drop((a, b));
     server.shutdown().await;
 }
