@@ -567,3 +567,47 @@ async fn a_failing_store_makes_no_new_assignments_and_recovers() {
     drop(envoy);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn rlqs_is_served_over_the_same_tls() {
+    use crate::support::tls::{Ca, write};
+    use tonic::transport::{Certificate, Channel, ClientTlsConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("server ca");
+    let pem = ca.server();
+    let clock = clock();
+    let server = TestServer::start_with(
+        index(&[("edge.yaml", RULES)]),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(clock.clone()),
+        LimiterOptions::default(),
+        ServeOptions {
+            shutdown_grace: Duration::from_secs(5),
+            tls: Some(floodgate::server::TlsOptions {
+                cert: write(dir.path(), "tls.crt", &pem.cert),
+                key: write(dir.path(), "tls.key", &pem.key),
+                client_ca: None,
+                client_san: None,
+            }),
+            rlqs: options(),
+            ..ServeOptions::default()
+        },
+    )
+    .await;
+    let channel = Channel::from_shared(format!("https://{}", server.grpc_addr))
+        .unwrap()
+        .tls_config(
+            ClientTlsConfig::new()
+                .domain_name("localhost")
+                .ca_certificate(Certificate::from_pem(ca.cert_pem())),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut envoy = RlqsClient::over(channel, None).await;
+    let answers = envoy.ask("edge", &[usage(&[("user", "t")], 1, 0)]).await;
+    assert_eq!(only(&answers).tokens(), 58);
+    drop(envoy);
+    server.shutdown().await;
+}

@@ -134,9 +134,17 @@ fn answer(action: BucketAction) -> Answer {
 impl RlqsClient {
     /// Opens a stream to `addr`, naming itself `client_id` when given.
     pub async fn connect(addr: SocketAddr, client_id: Option<&str>) -> Self {
-        let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
+        let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
             .await
             .unwrap();
+        Self::over(channel, client_id).await
+    }
+
+    /// Opens a stream over `channel` (e.g. a TLS one).
+    pub async fn over(channel: tonic::transport::Channel, client_id: Option<&str>) -> Self {
+        let mut client = RateLimitQuotaServiceClient::new(channel);
         let (reports, rx) = mpsc::channel(16);
         let mut request = tonic::Request::new(ReceiverStream::new(rx));
         if let Some(id) = client_id {
