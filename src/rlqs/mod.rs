@@ -792,30 +792,7 @@ mod tests {
         .unwrap()
     }
 
-    const RULES: &str = r"
-domain: edge
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 60}
-  - key: vip
-    rate_limit: {unlimited: true}
-  - key: banned
-    rate_limit: {unit: second, requests_per_unit: 0}
-  - key: trial
-    shadow_mode: true
-    rate_limit: {unit: second, requests_per_unit: 1}
-  - key: api
-    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra, burst: 30}
-  - key: plan
-    value: free
-    descriptors:
-      - key: user
-        rate_limit: {unit: hour, requests_per_unit: 100}
-  - key: path
-    value: /api/*
-    share_threshold: true
-    rate_limit: {unit: second, requests_per_unit: 5}
-";
+    const RULES: &str = include_str!("../../tests/fixtures/rlqs/edge.yaml");
 
     #[test]
     fn buckets_match_like_descriptors() {

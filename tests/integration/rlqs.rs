@@ -18,24 +18,8 @@ use floodgate::store::{MemoryStore, RedisMode, StoreKind};
 use std::sync::Arc;
 use std::time::Duration;
 
-const RULES: &str = r"
-domain: edge
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 60}
-  - key: vip
-    rate_limit: {unlimited: true}
-  - key: banned
-    rate_limit: {unit: second, requests_per_unit: 0}
-  - key: trial
-    shadow_mode: true
-    rate_limit: {unit: second, requests_per_unit: 1}
-  - key: plan
-    value: free
-    descriptors:
-      - key: user
-        rate_limit: {unit: hour, requests_per_unit: 3600}
-";
+/// Per user 60/min; unlimited, 0, shadow, GCRA, nested and shared rules.
+const RULES: &str = include_str!("../fixtures/rlqs/edge.yaml");
 
 const TTL: Duration = Duration::from_secs(12);
 const IDLE: Duration = Duration::from_secs(30);

@@ -73,8 +73,15 @@ impl TestServer {
         clock: Arc<dyn Clock>,
         options: LimiterOptions,
     ) -> Self {
-        let grpc = bind_retrying(grpc_addr).await;
-        Self::serve_on(grpc, index, store, clock, options, default_serve_options()).await
+        Self::start_on_with(
+            grpc_addr,
+            index,
+            store,
+            clock,
+            options,
+            default_serve_options(),
+        )
+        .await
     }
 
     /// [`TestServer::start_on`] with explicit serving options.
