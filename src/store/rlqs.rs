@@ -31,6 +31,13 @@ pub const MAX_MEMBERS: usize = 1_024;
 /// forgotten past it (their members start again from no demand).
 pub const MAX_MEMORY_BUCKETS: usize = 100_000;
 
+/// Most members the embedded store tracks over all its buckets (about
+/// 100 bytes each): past it the least recently reported buckets are
+/// forgotten, as past [`MAX_MEMORY_BUCKETS`]. A forgotten bucket's grants
+/// are no longer known, so until its assignments expire its Envoys may
+/// together hold more than the budget: the price of a bounded memory.
+pub const MAX_MEMORY_MEMBERS: usize = 200_000;
+
 /// Largest request count one report may carry (more is counted as this).
 pub const MAX_REPORTED_REQUESTS: u64 = 1_000_000_000;
 
@@ -126,7 +133,15 @@ struct MemberState {
 /// [`MAX_MEMORY_BUCKETS`], each updated under one lock.
 #[derive(Debug)]
 pub struct MemoryRegistry {
-    buckets: Mutex<LruCache<CounterId, HashMap<String, MemberState>>>,
+    buckets: Mutex<Buckets>,
+    max_members: usize,
+}
+
+#[derive(Debug)]
+struct Buckets {
+    lru: LruCache<CounterId, HashMap<String, MemberState>>,
+    /// Members over all buckets.
+    members: usize,
 }
 
 impl Default for MemoryRegistry {
@@ -138,16 +153,28 @@ impl Default for MemoryRegistry {
 impl MemoryRegistry {
     /// A registry of at most `buckets` buckets.
     pub fn with_capacity(buckets: usize) -> Self {
+        Self::with_limits(buckets, MAX_MEMORY_MEMBERS)
+    }
+
+    /// A registry of at most `buckets` buckets and `members` members.
+    pub fn with_limits(buckets: usize, members: usize) -> Self {
         Self {
-            buckets: Mutex::new(LruCache::new(
-                NonZeroUsize::new(buckets).unwrap_or(NonZeroUsize::MIN),
-            )),
+            buckets: Mutex::new(Buckets {
+                lru: LruCache::new(NonZeroUsize::new(buckets).unwrap_or(NonZeroUsize::MIN)),
+                members: 0,
+            }),
+            max_members: members.max(1),
         }
     }
 
     /// Number of buckets held.
     pub fn len(&self) -> usize {
-        self.buckets.lock().len()
+        self.buckets.lock().lru.len()
+    }
+
+    /// Number of members held over all buckets.
+    pub fn members_held(&self) -> usize {
+        self.buckets.lock().members
     }
 
     /// Whether no bucket is held.
@@ -156,8 +183,11 @@ impl MemoryRegistry {
     }
 
     fn report(&self, member: &str, report: &DemandReport, now: UnixMillis, stale: u64) -> Grant {
-        let mut buckets = self.buckets.lock();
-        let members = buckets.get_or_insert_mut(report.id.clone(), HashMap::new);
+        let mut guard = self.buckets.lock();
+        let buckets = &mut *guard;
+        // Taken out and put back, so it becomes the most recently used.
+        let mut members = buckets.lru.pop(&report.id).unwrap_or_default();
+        let before = members.len();
         members.retain(|name, state| {
             name == member || state.last_seen.0.saturating_add(stale) > now.0
         });
@@ -203,8 +233,17 @@ impl MemoryRegistry {
                 admitted: true,
             }
         };
-        if members.is_empty() {
-            buckets.pop(&report.id);
+        buckets.members = buckets.members.saturating_sub(before) + members.len();
+        if !members.is_empty()
+            && let Some((_, evicted)) = buckets.lru.push(report.id.clone(), members)
+        {
+            buckets.members = buckets.members.saturating_sub(evicted.len());
+        }
+        while buckets.members > self.max_members {
+            let Some((_, evicted)) = buckets.lru.pop_lru() else {
+                break;
+            };
+            buckets.members = buckets.members.saturating_sub(evicted.len());
         }
         grant
     }
@@ -212,6 +251,7 @@ impl MemoryRegistry {
     fn members(&self, id: &CounterId, now: UnixMillis, stale: u64) -> Vec<Member> {
         let buckets = self.buckets.lock();
         let members = buckets
+            .lru
             .peek(id)
             .into_iter()
             .flatten()
@@ -393,6 +433,28 @@ mod tests {
         assert_eq!(refused.units, 0);
         // A known member still reports.
         assert!(registry.report("0", &report("u", 1), now, STALE).admitted);
+    }
+
+    #[test]
+    fn the_registry_bounds_its_members_over_all_buckets() {
+        let registry = MemoryRegistry::with_limits(100, 5);
+        let now = UnixMillis(1_000_000);
+        for user in ["a", "b", "c"] {
+            registry.report("m1", &report(user, 1), now, STALE);
+            registry.report("m2", &report(user, 1), now, STALE);
+        }
+        // Six members asked for, five allowed: the oldest bucket went.
+        assert_eq!(registry.members_held(), 4);
+        assert_eq!(registry.len(), 2);
+        assert!(registry.members(&report("a", 0).id, now, STALE).is_empty());
+        assert_eq!(registry.members(&report("c", 0).id, now, STALE).len(), 2);
+        // Leaving gives members back.
+        let leave = DemandReport {
+            leave: true,
+            ..report("c", 0)
+        };
+        registry.report("m1", &leave, now, STALE);
+        assert_eq!(registry.members_held(), 3);
     }
 
     #[test]
