@@ -137,6 +137,10 @@ async fn first_report_gets_assignments_with_a_ttl_for_every_kind_of_rule() {
 
     let metrics = http::get(server.http_addr, "/metrics").await.body;
     assert!(metrics.contains("ratelimit_rlqs_streams 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("ratelimit_rlqs_reports_total 6\n"),
+        "{metrics}"
+    );
     assert!(metrics.contains("ratelimit_rlqs_buckets 6\n"), "{metrics}");
     assert!(
         metrics.contains("ratelimit_rlqs_assignments_pushed_total{strategy=\"token_bucket\"} 2\n"),
@@ -146,6 +150,12 @@ async fn first_report_gets_assignments_with_a_ttl_for_every_kind_of_rule() {
         metrics.contains("ratelimit_rlqs_granted_tokens_per_second 1.9"),
         "{metrics}"
     );
+    // The operator view of a blanket decision says why.
+    let view = http::get(server.http_addr, "/rlqs?domain=edge&bucket=vip=v").await;
+    let json: serde_json::Value = serde_json::from_str(&view.body).unwrap();
+    assert_eq!(json["reason"], "unlimited", "{json}");
+    assert_eq!(json["blanket"]["strategy"], "allow_all", "{json}");
+    assert_eq!(json["members"].as_array().unwrap().len(), 0, "{json}");
     drop(envoy);
     server.shutdown().await;
 }
