@@ -183,8 +183,15 @@ async fn two_envoys_share_one_global_limit_fall_back_and_resume() {
     }
     let t = started.elapsed().as_secs_f64();
     let allowed = BURST + RATE_PER_SEC * t;
-    eprintln!(
-        "e2e rlqs: alice {alice_ok} ok / {alice_denied} denied, bob {bob_ok} / {bob_denied}, t {t:.1} s, bound {allowed:.1}, {rounds} rounds"
+    tracing::info!(
+        alice_ok,
+        alice_denied,
+        bob_ok,
+        bob_denied,
+        rounds,
+        t,
+        bound = allowed,
+        "e2e rlqs counts"
     );
     #[allow(clippy::cast_precision_loss)]
     let (alice, bob) = (alice_ok as f64, bob_ok as f64);
