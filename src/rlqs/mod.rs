@@ -524,19 +524,8 @@ impl Shared {
         // `None` for a bucket that only gives its grant back (abandoned).
         let mut pending: Vec<Option<(BucketKey, BucketId, Budget)>> = Vec::new();
         let mut reports: Vec<DemandReport> = Vec::new();
-        // Map order is arbitrary; sort so answers come in a stable order.
-        let mut usages = report.bucket_quota_usages;
-        usages.sort_by(|a, b| {
-            let key = |u: &crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage| {
-                u.bucket_id.as_ref().map(|id| {
-                    let mut pairs: Vec<_> = id.bucket.iter().collect();
-                    pairs.sort();
-                    format!("{pairs:?}")
-                })
-            };
-            key(a).cmp(&key(b))
-        });
-        for usage in usages {
+        // Answers come in the order of the report's buckets.
+        for usage in report.bucket_quota_usages {
             let bucket_id = usage.bucket_id.unwrap_or_default();
             let key = match state::bucket_key(bucket_id.bucket.clone().into_iter(), &options.bounds)
             {
