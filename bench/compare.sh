@@ -2,26 +2,33 @@
 # The speed method of issue #10, in one command (not part of CI):
 #
 #   servers (the no-op ceiling, floodgate on the embedded store, floodgate on
-#   Redis) and redis-server pinned to CPU 1, the h2load load pinned to CPU 0;
-#   PROCS h2load processes x CONNS connections x STREAMS streams each, each
-#   process its own descriptor value on a rule that is never reached; a
+#   Redis) and redis-server pinned to CPU 1, the load pinned to CPU 0;
+#   PROCS load processes x CONNS connections x STREAMS streams each, one
+#   descriptor per request on a rule that is never reached. PROFILE=hot
+#   (default): h2load, each process its own descriptor value (a hot key per
+#   process). PROFILE=wide: examples/wide_load, every request a value not
+#   seen for a long while (each process cycles through KEYS values of its
+#   own, so the stores keep creating counters). Then a
 #   WARMUP-second warm-up, then DURATION seconds measured; ROUNDS rounds
 #   interleaving the three servers; medians per server of req/s, p99 and
 #   server CPU per request (utime + stime from /proc, floodgate alone and,
 #   for Redis, floodgate plus redis-server), and the ratio to the ceiling.
 #
-# Settings (environment): ROUNDS (5), DURATION (8), WARMUP (2), PROCS (4),
-# CONNS (16), STREAMS (8), OUT (a new temporary directory). Needs taskset,
+# Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
+# PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
+# OUT (a new temporary directory). Needs taskset,
 # h2load, redis-server, curl, python3 and 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+PROFILE=${PROFILE:-hot}
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-8}
 WARMUP=${WARMUP:-2}
 PROCS=${PROCS:-4}
 CONNS=${CONNS:-16}
 STREAMS=${STREAMS:-8}
+KEYS=${KEYS:-250000}
 OUT=${OUT:-$(mktemp -d -t floodgate-compare.XXXXXX)}
 METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 BIN=target/release
@@ -66,8 +73,27 @@ cpu_ticks() { # cpu_ticks PID…: utime + stime of every PID, in clock ticks
     echo "$total"
 }
 
+# wide PORT LABEL SECONDS: the wide profile's load, pinned to LOAD_CPU;
+# prints req/s, p99 ms and requests done (summed / worst over processes).
+wide() {
+    local port=$1 label=$2 seconds=$3 pids=()
+    for i in $(seq 0 $((PROCS - 1))); do
+        taskset -c "$LOAD_CPU" "$BIN/examples/wide_load" "127.0.0.1:$port" "$CONNS" "$STREAMS" \
+            "$seconds" "$KEYS" "$label-p$i-" >"$OUT/$label-$i.txt" 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    awk '{ rate += $1; if ($2 > p99) p99 = $2; done_ += $3; errors += $4 }
+         END { if (errors > 0) print "errors: " errors > "/dev/stderr"; printf "%.0f %.2f %d\n", rate, p99, done_ }' \
+        "$OUT/$label"-*.txt
+}
+
 # h2 PORT LABEL SECONDS: the load, pinned to LOAD_CPU; prints req/s and p99 ms.
 h2() {
+    if [[ $PROFILE == wide ]]; then
+        wide "$@"
+        return
+    fi
     local port=$1 label=$2 seconds=$3 pids=()
     for i in $(seq 0 $((PROCS - 1))); do
         taskset -c "$LOAD_CPU" h2load -D "$seconds" -c "$CONNS" -m "$STREAMS" -t 1 \
@@ -85,9 +111,9 @@ h2() {
 }
 
 echo "==> building release binaries"
-cargo build --release --locked --bin floodgate --example grpc_body --example ceiling
+cargo build --release --locked --bin floodgate --example grpc_body --example ceiling --example wide_load
 for i in $(seq 0 $((PROCS - 1))); do
-    "$BIN/examples/grpc_body" encode bench "client=c$i" "user=u$i" >"$OUT/body-$i.bin"
+    "$BIN/examples/grpc_body" encode bench "client=c$i" >"$OUT/body-$i.bin"
 done
 
 start() { # start COMMAND…: pinned to SERVER_CPU; sets PID
@@ -121,7 +147,7 @@ done
 for s in ceiling memory redis; do wait_for grpc_ok "${PORT[$s]}"; done
 
 TICK=$(getconf CLK_TCK)
-echo "==> $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
+echo "==> profile $PROFILE: $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
 printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\n' | tee "$OUT/rounds.tsv"
 for round in $(seq "$ROUNDS"); do
     for s in ceiling memory redis; do

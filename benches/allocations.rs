@@ -40,8 +40,15 @@ fn request(value: &str) -> Request {
     }
 }
 
-/// Allocations per request over `n` requests (after a warm-up).
-fn per_request(rt: &tokio::runtime::Runtime, store: StoreKind, wide: bool) -> f64 {
+/// Allocations per request over `n` requests (after a warm-up), sent
+/// `concurrency` at a time (on Redis, requests in flight together share
+/// script calls).
+fn per_request(
+    rt: &tokio::runtime::Runtime,
+    store: StoreKind,
+    wide: bool,
+    concurrency: usize,
+) -> f64 {
     let index = load_sources(
         &[Source {
             name: "bench.yaml".into(),
@@ -66,13 +73,23 @@ fn per_request(rt: &tokio::runtime::Runtime, store: StoreKind, wide: bool) -> f6
             })
         })
         .collect();
-    for r in requests.iter().take(n) {
-        let _ = rt.block_on(limiter.should_rate_limit(r));
-    }
+    let run = |requests: &[Request]| {
+        if concurrency <= 1 {
+            for r in requests {
+                let _ = rt.block_on(limiter.should_rate_limit(r));
+            }
+            return;
+        }
+        // Up to 30 futures, join_all keeps them in one block per group (a
+        // thirtieth of a block per request, left in the figure).
+        for group in requests.chunks(concurrency) {
+            let calls = group.iter().map(|r| limiter.should_rate_limit(r));
+            let _ = rt.block_on(futures_util::future::join_all(calls));
+        }
+    };
+    run(requests.get(..n).unwrap_or_default());
     let before = allocations();
-    for r in requests.iter().skip(n) {
-        let _ = rt.block_on(limiter.should_rate_limit(r));
-    }
+    run(requests.get(n..).unwrap_or_default());
     let after = allocations();
     (after - before) as f64 / n as f64
 }
@@ -84,7 +101,7 @@ fn main() {
         .build()
         .expect("runtime");
     for (name, wide) in [("hot key", false), ("wide keys", true)] {
-        let memory = per_request(&rt, StoreKind::Memory(MemoryStore::new()), wide);
+        let memory = per_request(&rt, StoreKind::Memory(MemoryStore::new()), wide, 1);
         println!("memory store, {name}: {memory:.1} allocations per request");
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -117,12 +134,16 @@ fn main() {
         std::thread::sleep(Duration::from_millis(50));
     }
     for (name, wide) in [("hot key", false), ("wide keys", true)] {
-        let store = StoreKind::Redis {
-            main: store.clone(),
-            per_second: None,
-        };
-        let redis_allocs = per_request(&rt, store, wide);
-        println!("redis store, {name}: {redis_allocs:.1} allocations per request");
+        for concurrency in [1, 30] {
+            let store = StoreKind::Redis {
+                main: store.clone(),
+                per_second: None,
+            };
+            let redis_allocs = per_request(&rt, store, wide, concurrency);
+            println!(
+                "redis store, {name}, {concurrency} at a time: {redis_allocs:.1} allocations per request"
+            );
+        }
     }
     let _ = redis.kill();
     let _ = redis.wait();

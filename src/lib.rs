@@ -8,7 +8,8 @@
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
 //! - [`config`]: rule files in, validated into a descriptor index, reloaded
-//!   when the rule directory changes.
+//!   when the rule directory changes; or rules over xDS (`config::xds`, an
+//!   ADS client whose wire types stay inside it).
 //! - [`limiter`]: the decision, with the reference service's semantics.
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.

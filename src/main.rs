@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use floodgate::clock::SystemClock;
+use floodgate::config::xds::XdsClient;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::metrics::Metrics;
@@ -24,6 +25,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// A global rate-limit decision service speaking Envoy's RLS v3 API.
 #[derive(Debug, Parser)]
@@ -122,17 +124,23 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         merge_domains: settings.merge_domain_config,
         ignore_dotfiles: settings.ignore_dotfiles,
     };
+    // With xDS (CONFIG_TYPE=GRPC_XDS_SOTW) rules come from the management
+    // server only: no rule directory is read or watched.
+    let file_rules = settings.xds.is_none();
     // Fingerprint the directory before loading it, so a change made during
     // the load is reloaded.
-    let reload = ReloadOptions {
+    let reload = file_rules.then(|| ReloadOptions {
         interval: settings.config_poll_interval,
         ..ReloadOptions::new(settings.config_dir.clone(), options.clone())
-    };
-    let index = match config::load_dir(&settings.config_dir, &options) {
-        Ok(index) => {
+    });
+    let loaded = match &reload {
+        Some(reload) => config::load_dir(&settings.config_dir, &options).inspect(|_| {
             reload.stats.record_initial_load();
-            index
-        }
+        }),
+        None => Ok(config::Index::empty()),
+    };
+    let index = match loaded {
+        Ok(index) => index,
         Err(err) => {
             print_config_error(&err);
             return ExitCode::FAILURE;
@@ -172,14 +180,51 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let rules = Arc::new(arc_swap::ArcSwap::from_pointee(index));
+    let xds = match &settings.xds {
+        Some(xds) => match XdsClient::new(xds.clone(), options, rules.clone(), Arc::default()) {
+            Ok(client) => Some(client),
+            Err(err) => {
+                eprintln!("error: {}", error_chain(&err));
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let result = runtime.block_on(async {
+        let token = CancellationToken::new();
+        tokio::spawn(shutdown::cancel_on_signal(token.clone()));
+        let rule_feed = xds.as_ref().map(XdsClient::feed);
+        let xds_task = xds.map(|client| {
+            tokio::spawn(
+                client
+                    .run(token.clone())
+                    .instrument(tracing::info_span!("xds")),
+            )
+        });
+        if let Some(feed) = &rule_feed
+            && !settings.force_start_without_initial_config
+        {
+            // As the reference: nothing listens until the first rules are
+            // in (FORCE_START_WITHOUT_INITIAL_CONFIG serves at once).
+            tracing::info!("waiting for the first rules from the xds server");
+            let mut feed = feed.clone();
+            tokio::select! {
+                () = token.cancelled() => {
+                    stop_xds(xds_task).await;
+                    return Ok(());
+                }
+                _ = feed.first() => {}
+            }
+        }
+        // A failed bind returns at once; dropping the runtime then ends the
+        // xDS client.
         let listeners = Listeners::bind(
             settings.grpc_addr,
             settings.http_addr,
             settings.metrics_addr,
         )
         .await?;
-        let rules = Arc::new(arc_swap::ArcSwap::from_pointee(index));
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
             Limiter::new(
@@ -190,13 +235,15 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             )
             .with_metrics(Arc::new(metrics)),
         );
-        let token = CancellationToken::new();
-        tokio::spawn(shutdown::cancel_on_signal(token.clone()));
         let serve_options = ServeOptions {
-            reload: Some(reload),
+            reload,
+            rule_feed,
             ..settings.serve
         };
-        server::serve(limiter, listeners, serve_options, token).await
+        let served = server::serve(limiter, listeners, serve_options, token.clone()).await;
+        token.cancel();
+        stop_xds(xds_task).await;
+        served
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -205,5 +252,14 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             eprintln!("error: {}", error_chain(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Awaits the xDS client's task (its token already cancelled).
+async fn stop_xds(task: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(task) = task
+        && let Err(err) = task.await
+    {
+        tracing::error!(error = &err as &dyn Error, "xds client stopped abnormally");
     }
 }

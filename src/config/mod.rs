@@ -3,9 +3,12 @@
 //! directory changes (`watch`).
 //!
 //! Owns: everything about rule files, from the directory listing to the
-//! lookup of a request descriptor. Must not touch: process settings, counters,
-//! stores, time (beyond the watcher's poll interval) or the network. Only `model` and `validation` touch the YAML
-//! crate; `index` is pure lookup over prebuilt data.
+//! lookup of a request descriptor, and the other rule source, an xDS
+//! management server (`xds`, the one module here that touches the network).
+//! Must not touch: process settings, counters, stores, or time (beyond the
+//! watcher's poll interval and the xDS client's reconnect waits). Only
+//! `model` and `validation` touch the YAML crate; `index` is pure lookup over
+//! prebuilt data.
 //!
 //! A load either produces a complete [`Index`] or a [`ConfigError`] listing
 //! every problem found ([`ConfigIssue`], one line each), so a reload can keep
@@ -16,6 +19,7 @@ mod model;
 mod rule;
 mod validation;
 mod watch;
+pub mod xds;
 
 pub use index::{Algorithm, DomainSummary, Index, Limit, Lookup, Match, PathStep, Policy, Rule};
 pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};

@@ -53,6 +53,18 @@ impl ReloadStats {
         self.success.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a rule set stored by a source other than the directory
+    /// watcher (xDS).
+    pub(crate) fn record_success(&self) {
+        self.success.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a rule set rejected by a source other than the directory
+    /// watcher (xDS).
+    pub(crate) fn record_error(&self) {
+        self.error.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Reloads that produced a new index and stored it.
     pub fn success(&self) -> u64 {
         self.success.load(Ordering::Relaxed)

@@ -122,7 +122,8 @@ impl<S: Store> Limiter<S> {
         deadline: Option<Duration>,
     ) -> Result<Response, LimitError> {
         self.options.bounds.check(request)?;
-        let index = self.rules.load_full();
+        // A guard, not a clone: no shared reference count per request.
+        let index = self.rules.load();
         let now = self.clock.now();
 
         let mut plans: Vec<Plan<'_>> = request

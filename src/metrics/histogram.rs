@@ -11,8 +11,16 @@ pub(super) const LATENCY_BUCKETS: [f64; 12] = [
 ];
 
 /// A latency histogram with fixed buckets.
+///
+/// Each observation increments only the one bucket it falls in (plus the
+/// count and sum): three atomic additions per request, whatever the number
+/// of buckets. The cumulative `le` counts Prometheus wants are summed when
+/// rendering, which is rare.
 #[derive(Debug, Default)]
 pub(super) struct Histogram {
+    /// `buckets[i]`: observations in (`LATENCY_BUCKETS[i-1]`,
+    /// `LATENCY_BUCKETS[i]`]; those above the last bound are only in
+    /// `count`.
     buckets: [AtomicU64; LATENCY_BUCKETS.len()],
     count: AtomicU64,
     sum_micros: AtomicU64,
@@ -21,10 +29,12 @@ pub(super) struct Histogram {
 impl Histogram {
     pub(super) fn observe(&self, elapsed: Duration) {
         let secs = elapsed.as_secs_f64();
-        for (bucket, bound) in self.buckets.iter().zip(LATENCY_BUCKETS) {
-            if secs <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        if let Some(bucket) = LATENCY_BUCKETS
+            .iter()
+            .position(|&bound| secs <= bound)
+            .and_then(|i| self.buckets.get(i))
+        {
+            bucket.fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
@@ -33,14 +43,16 @@ impl Histogram {
 
     pub(super) fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (bucket, bound) in self.buckets.iter().zip(LATENCY_BUCKETS) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
-        }
+        // Read the count first: observations landing while rendering then
+        // never make a bucket exceed `+Inf`.
         let count = self.count.load(Ordering::Relaxed);
+        let mut cumulative = 0u64;
+        for (bucket, bound) in self.buckets.iter().zip(LATENCY_BUCKETS) {
+            cumulative = cumulative
+                .saturating_add(bucket.load(Ordering::Relaxed))
+                .min(count);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
         #[allow(clippy::cast_precision_loss)] // a display value
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;

@@ -156,11 +156,22 @@ impl Metrics {
     /// Records one limited descriptor with the reference's hits-aware
     /// accounting (near/over/within/shadow).
     pub fn record_rule(&self, stats_key: &str, hit: RuleHit) {
-        let Some(c) = self.rule(stats_key) else {
-            self.series_dropped
-                .fetch_add(hit.hits.max(1), Ordering::Relaxed);
+        // The common case: a known series, counted under the read lock
+        // without touching its reference count.
+        if let Some(counters) = self.rules.read().get(bounded_label(stats_key)) {
+            self.count_rule(counters, hit);
             return;
-        };
+        }
+        match self.rule(stats_key) {
+            Some(counters) => self.count_rule(&counters, hit),
+            None => {
+                self.series_dropped
+                    .fetch_add(hit.hits.max(1), Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn count_rule(&self, c: &RuleCounters, hit: RuleHit) {
         let add = |counter: &AtomicU64, n: u64| {
             if n > 0 {
                 counter.fetch_add(n, Ordering::Relaxed);
@@ -245,11 +256,12 @@ impl Metrics {
     }
 
     /// Marks a request as started; the guard marks it finished when dropped.
-    pub fn start_request(self: &Arc<Self>) -> RequestGuard {
+    /// It borrows the metrics: no reference count is touched per request.
+    pub fn start_request(&self) -> RequestGuard<'_> {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.total_requests.fetch_add(1, Ordering::Relaxed);
         RequestGuard {
-            metrics: self.clone(),
+            metrics: self,
             started: std::time::Instant::now(),
         }
     }
@@ -267,12 +279,12 @@ impl Metrics {
 
 /// Marks the end of a request when dropped.
 #[derive(Debug)]
-pub struct RequestGuard {
-    metrics: Arc<Metrics>,
+pub struct RequestGuard<'a> {
+    metrics: &'a Metrics,
     started: std::time::Instant,
 }
 
-impl Drop for RequestGuard {
+impl Drop for RequestGuard<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.metrics.request_latency.observe(self.started.elapsed());

@@ -101,3 +101,25 @@ fn series_are_capped_and_drops_counted() {
 fn label_values_are_escaped() {
     assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }
+
+#[test]
+fn histogram_renders_cumulative_buckets_from_one_increment_per_observation() {
+    let h = histogram::Histogram::default();
+    for micros in [50, 80, 2_000, 700_000, 2_000_000] {
+        h.observe(Duration::from_micros(micros));
+    }
+    let mut out = String::new();
+    h.render(&mut out, "t", "test");
+    let bucket = |le: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("t_bucket{{le=\"{le}\"}} ")))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert_eq!(bucket("0.0001"), Some(2));
+    assert_eq!(bucket("0.001"), Some(2));
+    assert_eq!(bucket("0.0025"), Some(3));
+    assert_eq!(bucket("0.5"), Some(3));
+    assert_eq!(bucket("1"), Some(4));
+    assert_eq!(bucket("+Inf"), Some(5));
+    assert!(out.contains("t_count 5\n"), "{out}");
+}

@@ -15,6 +15,7 @@ mod http;
 pub mod proto;
 mod tls;
 
+use crate::config::xds::RuleFeed;
 use crate::config::{Fingerprint, LoadOptions, ReloadStats, Watcher};
 use crate::limiter::Limiter;
 use crate::store::StoreKind;
@@ -81,7 +82,9 @@ impl Listeners {
 pub struct ServeOptions {
     /// Longest time in-flight requests may take to drain on shutdown.
     pub shutdown_grace: Duration,
-    /// Most concurrent requests per gRPC connection before load shedding.
+    /// Most concurrent requests per gRPC connection, advertised as HTTP/2's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` (streams past it are refused by
+    /// HTTP/2 itself).
     pub max_concurrent_per_connection: usize,
     /// Largest request message accepted, gRPC message or `/json` body
     /// (`MAX_REQUEST_BYTES`); larger ones are refused before decoding.
@@ -98,6 +101,10 @@ pub struct ServeOptions {
     /// Path of the metrics on the separate metrics listener
     /// (`PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// Rules swapped in by an xDS client running beside the server: health
+    /// follows each rule set it applies, and metrics report its load
+    /// counters. `None` without xDS.
+    pub rule_feed: Option<RuleFeed>,
     /// The Rate Limit Quota Service (RLQS) settings.
     pub rlqs: crate::rlqs::RlqsOptions,
 }
@@ -112,6 +119,7 @@ impl Default for ServeOptions {
             reload: None,
             tls: None,
             metrics_path: "/metrics".to_owned(),
+            rule_feed: None,
             rlqs: crate::rlqs::RlqsOptions::default(),
         }
     }
@@ -253,9 +261,13 @@ pub async fn serve(
         }
     });
 
+    // The per-connection bound is HTTP/2's own SETTINGS_MAX_CONCURRENT_STREAMS:
+    // callers (Envoy included) queue streams beyond it themselves, and the
+    // server pays nothing per request for it (a tower concurrency limit
+    // would take and release a semaphore permit on every call).
+    let max_streams = u32::try_from(options.max_concurrent_per_connection).unwrap_or(u32::MAX);
     let router = tonic::transport::Server::builder()
-        .concurrency_limit_per_connection(options.max_concurrent_per_connection)
-        .load_shed(true)
+        .max_concurrent_streams(Some(max_streams))
         .layer(tower::util::MapResponseLayer::new(
             grpc::undecodable_is_invalid_argument,
         ))
@@ -290,7 +302,11 @@ pub async fn serve(
                 grpc_stop,
             )),
         };
-    let reloads = options.reload.as_ref().map(|r| r.stats.clone());
+    let reloads = options
+        .reload
+        .as_ref()
+        .map(|r| r.stats.clone())
+        .or_else(|| options.rule_feed.as_ref().map(|feed| feed.stats().clone()));
     if let Some(listener) = listeners.metrics {
         let router = http::metrics_router(
             health.clone(),
@@ -369,6 +385,22 @@ fn spawn_background(
                     async move { health.set_rules(&index).await }
                 })
                 .instrument(info_span!("config_watch")),
+        );
+    }
+    if let Some(feed) = &options.rule_feed {
+        let (mut feed, limiter, health) = (feed.clone(), limiter.clone(), health.clone());
+        let shutdown = shutdown.clone();
+        tracker.spawn(
+            async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        changed = feed.changed() => if !changed { return },
+                    }
+                    health.set_rules(&limiter.rules().load()).await;
+                }
+            }
+            .instrument(info_span!("xds_rules")),
         );
     }
     {

@@ -131,6 +131,9 @@ pub struct ServeArgs {
     /// Redis and counting settings.
     #[command(flatten)]
     pub store_args: StoreArgs,
+    /// Rule source settings (files or xDS).
+    #[command(flatten)]
+    pub xds_args: XdsArgs,
     /// Rate Limit Quota Service settings.
     #[command(flatten)]
     pub rlqs_args: RlqsArgs,

@@ -10,6 +10,7 @@ mod parse;
 mod redis;
 #[cfg(test)]
 mod tests;
+mod xds;
 
 pub use flags::{
     BackendType, LogFormat, OnStoreError, RedisType, RlqsArgs, RlqsUnmatched, ServeArgs, StoreArgs,
@@ -20,6 +21,7 @@ use parse::{
 };
 pub use redis::RedisSettings;
 use redis::redis_config;
+pub use xds::{ConfigType, XdsArgs};
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
 use crate::server::{ServeOptions, TlsOptions};
@@ -75,6 +77,12 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
     pub metrics_max_series: usize,
+    /// Rules from an xDS server (`CONFIG_TYPE=GRPC_XDS_SOTW`) instead of the
+    /// rule directory; `None` for rule files.
+    pub xds: Option<crate::config::xds::XdsOptions>,
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the
+    /// first rules arrive instead of waiting for them.
+    pub force_start_without_initial_config: bool,
 }
 
 /// A setting that could not be understood.
@@ -304,6 +312,11 @@ impl Settings {
 
         let global_shadow_mode = flag(args.shadow_mode, "SHADOW_MODE")?;
         Ok(Self {
+            xds: xds::xds_options(&args.xds_args, &get)?,
+            force_start_without_initial_config: flag(
+                args.xds_args.force_start_without_initial_config,
+                "FORCE_START_WITHOUT_INITIAL_CONFIG",
+            )?,
             metrics_addr,
             near_limit_ratio,
             metrics_max_series: number(

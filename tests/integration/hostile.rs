@@ -8,7 +8,7 @@
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::post_json;
 use crate::support::redis::RedisServer;
-use crate::support::{free_port, poll_until, poll_until_async};
+use crate::support::{free_port, poll_until_async};
 use floodgate::clock::SystemClock;
 use floodgate::limiter::LimiterOptions;
 use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
@@ -363,10 +363,15 @@ impl Floodgate {
         let pid = self.child.id().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());
+        // Waits on the runtime, not the thread: the test's own connections
+        // must keep being served and closed meanwhile, or the server sits
+        // out its whole shutdown grace period.
         let child = &mut self.child;
-        let stopped = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
-            child.try_wait().unwrap().map(|_| true)
-        });
+        let stopped = poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
+            let exited = child.try_wait().unwrap().is_some();
+            async move { exited.then_some(true) }
+        })
+        .await;
         assert!(stopped, "did not stop on SIGTERM");
     }
 }

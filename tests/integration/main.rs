@@ -17,3 +17,4 @@ mod redis;
 mod reload;
 mod rlqs;
 mod tls;
+mod xds;

@@ -135,6 +135,147 @@ async fn one_script_call_per_request_and_none_for_unlimited_requests() {
     server.shutdown().await;
 }
 
+/// The in-flight gauge of a served floodgate.
+fn in_flight(server: &TestServer) -> u64 {
+    server
+        .limiter
+        .metrics()
+        .render(None)
+        .lines()
+        .find_map(|l| l.strip_prefix("ratelimit_server_should_rate_limit_in_flight "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_queued_behind_a_call_share_the_next_one_and_count_exactly() {
+    let redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_secs(20),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let server = serve(connected(config).await, LimiterOptions::default()).await;
+    let client = server.client().await;
+    // Alone on an idle server, a request is one call of its own.
+    let before = evalsha_calls(&redis);
+    ask(&mut client.clone(), request("edge", &[&[("five", "solo")]])).await;
+    assert_eq!(evalsha_calls(&redis) - before, 1);
+
+    // Redis frozen: the first calls hang, every other request queues.
+    let before = evalsha_calls(&redis);
+    redis.pause();
+    let n = 200;
+    let calls: Vec<_> = (0..n)
+        .map(|_| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .should_rate_limit(request("edge", &[&[("hundred", "hot")]]))
+                    .await
+                    .map(|r| r.into_inner().overall_code)
+            })
+        })
+        .collect();
+    let queued =
+        crate::support::poll_until(Duration::from_secs(10), Duration::from_millis(10), || {
+            (in_flight(&server) == n).then_some(true)
+        });
+    redis.resume();
+    assert!(queued, "{} of {n} requests in flight", in_flight(&server));
+    let mut codes = Vec::new();
+    for call in calls {
+        codes.push(call.await.unwrap().expect("answered"));
+    }
+    // Exactly the limit admitted: sharing a call never over-admits.
+    assert_eq!(codes.iter().filter(|&&c| c == OK).count(), 100);
+    assert_eq!(codes.iter().filter(|&&c| c == OVER_LIMIT).count(), 100);
+    // Two lanes' first calls, then the queue in calls of at most 128.
+    let calls = evalsha_calls(&redis) - before;
+    assert!(calls <= 6, "{calls} script calls for {n} requests");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_abandoned_while_queued_counts_nothing() {
+    use floodgate::descriptor::{Descriptor, Request};
+    let redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_secs(20),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let server = serve(connected(config).await, LimiterOptions::default()).await;
+    let one = |value: &str| Request {
+        domain: "edge".into(),
+        descriptors: vec![Descriptor::from_pairs([("hundred", value)])],
+        hits_addend: 0,
+    };
+    redis.pause();
+    // One call in flight on each of the two connections…
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let limiter = server.limiter.clone();
+            let request = one("busy");
+            tokio::spawn(async move { limiter.should_rate_limit(&request).await })
+        })
+        .collect();
+    let both_sent =
+        crate::support::poll_until(Duration::from_secs(10), Duration::from_millis(10), || {
+            (in_flight_calls(&redis) >= 2).then_some(true)
+        });
+    // …so these queue behind them, and their callers give up.
+    for _ in 0..4 {
+        let gave_up = server
+            .limiter
+            .should_rate_limit_within(&one("gone"), Some(Duration::from_millis(50)))
+            .await;
+        assert!(gave_up.is_err(), "answered while Redis was frozen");
+    }
+    redis.resume();
+    assert!(both_sent, "the first calls never reached Redis");
+    for call in busy {
+        call.await.unwrap().expect("answered once Redis is back");
+    }
+    let after = server
+        .limiter
+        .should_rate_limit(&one("gone"))
+        .await
+        .expect("answered");
+    assert_eq!(
+        after.statuses.first().map(|s| s.limit_remaining),
+        Some(99),
+        "only the last request counted"
+    );
+    server.shutdown().await;
+}
+
+/// Connections to a (frozen) Redis with bytes it has not read yet: calls
+/// sent and waiting, read from the kernel's socket table (`/proc/net/tcp`:
+/// local port, state 01 established, `tx_queue:rx_queue` in hex).
+fn in_flight_calls(server: &RedisServer) -> usize {
+    let port: u16 = server
+        .addr()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    let local = format!(":{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1).is_some_and(|a| a.ends_with(&local))
+                && fields.get(3) == Some(&"01")
+                && fields
+                    .get(4)
+                    .and_then(|q| q.split_once(':'))
+                    .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
+                    .is_some_and(|rx| rx > 0)
+        })
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_windows_are_one_script_call_over_per_second_buckets() {
     let redis = RedisServer::start();

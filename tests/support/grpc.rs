@@ -62,6 +62,19 @@ impl TestServer {
         Self::serve_on(grpc, index, store, clock, options, serve_options).await
     }
 
+    /// Serves whatever index `rules` holds (shared with what swaps it, an
+    /// xDS client say), with explicit serving options.
+    pub async fn start_with_rules(
+        rules: Arc<ArcSwap<Index>>,
+        store: StoreKind,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+        serve_options: ServeOptions,
+    ) -> Self {
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve_shared(grpc, rules, store, clock, options, serve_options).await
+    }
+
     /// Like [`TestServer::start`], but with the gRPC listener on `grpc_addr`
     /// (a port a previous server used, e.g. to restart behind an Envoy that
     /// knows that port). Binding retries briefly in case the old socket is
@@ -105,6 +118,18 @@ impl TestServer {
         options: LimiterOptions,
         serve_options: ServeOptions,
     ) -> Self {
+        let rules = Arc::new(ArcSwap::from_pointee(index));
+        Self::serve_shared(grpc, rules, store, clock, options, serve_options).await
+    }
+
+    async fn serve_shared(
+        grpc: tokio::net::TcpListener,
+        rules: Arc<ArcSwap<Index>>,
+        store: StoreKind,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+        serve_options: ServeOptions,
+    ) -> Self {
         super::init_tracing();
         let listeners = Listeners {
             grpc,
@@ -113,12 +138,7 @@ impl TestServer {
         };
         let grpc_addr = listeners.grpc.local_addr().unwrap();
         let http_addr = listeners.http.local_addr().unwrap();
-        let limiter = Arc::new(Limiter::new(
-            Arc::new(ArcSwap::from_pointee(index)),
-            store,
-            clock,
-            options,
-        ));
+        let limiter = Arc::new(Limiter::new(rules, store, clock, options));
         let token = CancellationToken::new();
         let handle = tokio::spawn(serve(
             limiter.clone(),

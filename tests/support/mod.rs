@@ -8,6 +8,7 @@ pub mod http;
 pub mod redis;
 pub mod rlqs;
 pub mod tls;
+pub mod xds;
 
 use std::future::Future;
 use std::net::TcpListener;

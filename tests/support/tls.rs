@@ -54,6 +54,11 @@ impl Ca {
         self.issue("localhost", ExtendedKeyUsagePurpose::ServerAuth)
     }
 
+    /// A server certificate for the DNS name `san`.
+    pub fn server_for(&self, san: &str) -> Pem {
+        self.issue(san, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
     /// A client certificate valid for the DNS name `san`.
     pub fn client(&self, san: &str) -> Pem {
         self.issue(san, ExtendedKeyUsagePurpose::ClientAuth)

@@ -118,6 +118,23 @@ pub fn load_sources(sources: &[Source], options: &LoadOptions) -> Result<Index, 
     loader.finish()
 }
 
+/// Validates rules already in the model's shape (from xDS), each named as
+/// its errors show it, exactly as rule files are validated: the same
+/// checks, the same wording, `merge_domains` alike.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] with every problem found.
+pub(crate) fn load_models(
+    files: &[(String, model::File)],
+    options: &LoadOptions,
+) -> Result<Index, ConfigError> {
+    let mut loader = Loader::new(options);
+    for (name, file) in files {
+        loader.add_file(name, file, None);
+    }
+    loader.finish()
+}
+
 /// Accumulates domains and issues over all files.
 #[derive(Debug)]
 struct Loader<'o> {
@@ -217,13 +234,22 @@ impl<'o> Loader<'o> {
             }
         };
 
+        self.add_file(file, &parsed, Some(tree));
+    }
+
+    /// Validates one parsed rule file into the domains. `tree` is its raw
+    /// YAML, for the unknown-key check; `None` for rules that did not come
+    /// from YAML (xDS), whose shape admits no unknown key.
+    fn add_file(&mut self, file: &str, parsed: &model::File, tree: Option<&Value>) {
         let domain = parsed.domain.as_deref().unwrap_or_default();
         let mut check = FileCheck {
             file,
             domain,
             issues: &mut self.issues,
         };
-        check_keys(&mut check, tree, MapKind::Root, &Place::root(), "", false);
+        if let Some(tree) = tree {
+            check_keys(&mut check, tree, MapKind::Root, &Place::root(), "", false);
+        }
 
         // Descriptors of a rejected file are still checked (into a scratch
         // level) so that all their problems are reported too.
@@ -255,7 +281,7 @@ impl<'o> Loader<'o> {
             &mut check,
             level,
             descriptors,
-            tree.get("descriptors"),
+            tree.and_then(|tree| tree.get("descriptors")),
             &Place::root(),
             &format!("{domain}."),
             &mut ancestors,

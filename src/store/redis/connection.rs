@@ -2,6 +2,7 @@
 //! or the master Sentinel names), or a Cluster connection; opening them and
 //! loading the scripts.
 
+use super::coalesce::Lane;
 use super::config::{RedisConfig, RedisMode, connection_info, redact};
 use super::scripts;
 use crate::store::StoreError;
@@ -14,7 +15,22 @@ use std::time::Duration;
 
 pub(super) enum Connection {
     Pool(Pool),
-    Cluster(ClusterConnection),
+    Cluster(Cluster),
+}
+
+/// A Cluster connection (multiplexed, routing by key) and its lanes.
+pub(super) struct Cluster {
+    pub(super) conn: ClusterConnection,
+    lanes: Vec<Lane>,
+    next: AtomicUsize,
+}
+
+impl Cluster {
+    /// A lane, round robin.
+    pub(super) fn lane(&self) -> Option<&Lane> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.lanes.len().max(1);
+        self.lanes.get(i)
+    }
 }
 
 impl std::fmt::Debug for Connection {
@@ -30,15 +46,27 @@ impl std::fmt::Debug for Connection {
 
 pub(super) struct Pool {
     pub(super) addr: String,
-    conns: Vec<ConnectionManager>,
+    /// The connections, each with its lane (`lanes[i]` sends on `conns[i]`).
+    conns: Vec<(ConnectionManager, Lane)>,
     next: AtomicUsize,
 }
 
 impl Pool {
-    pub(super) fn pick(&self) -> ConnectionManager {
+    /// The next connection and its lane, round robin; `None` only for a
+    /// pool without connections, which `connect_pool` never builds.
+    fn next(&self) -> Option<&(ConnectionManager, Lane)> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len().max(1);
-        // `conns` is never empty: `connect_pool` opens at least one.
-        self.conns[i].clone()
+        self.conns.get(i)
+    }
+
+    /// A connection for commands of their own (pipelines, script loading).
+    pub(super) fn pick(&self) -> Option<ConnectionManager> {
+        self.next().map(|(conn, _)| conn.clone())
+    }
+
+    /// A lane, for operations that may share a script call.
+    pub(super) fn lane(&self) -> Option<&Lane> {
+        self.next().map(|(_, lane)| lane)
     }
 }
 
@@ -78,7 +106,15 @@ pub(super) async fn open(config: &RedisConfig) -> Result<Connection, StoreError>
                 };
             }
             let client = builder.build()?;
-            Ok(Connection::Cluster(client.get_async_connection().await?))
+            let conn = client.get_async_connection().await?;
+            let lanes = (0..config.pool_size.max(1))
+                .map(|_| Lane::spawn_cluster(conn.clone()))
+                .collect();
+            Ok(Connection::Cluster(Cluster {
+                conn,
+                lanes,
+                next: AtomicUsize::new(0),
+            }))
         }
     }
 }
@@ -109,11 +145,24 @@ pub(super) async fn connect_pool(
             script.prepare_invoke().load_async(conn).await?;
         }
     }
+    let conns = conns
+        .into_iter()
+        .map(|conn| {
+            let lane = Lane::spawn(conn.clone());
+            (conn, lane)
+        })
+        .collect();
     Ok(Pool {
         addr,
         conns,
         next: AtomicUsize::new(0),
     })
+}
+
+/// The error of a pool without connections (never built; typed anyway so
+/// no request path can panic).
+pub(super) fn no_connection() -> RedisError {
+    RedisError::from((redis::ErrorKind::Io, "redis pool has no connection"))
 }
 
 pub(super) struct Master {

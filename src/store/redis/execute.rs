@@ -4,14 +4,13 @@
 //! error, never a fresh window).
 
 use super::command::Undo;
-use super::connection::{Connection, load_scripts};
+use super::connection::{Connection, load_scripts, no_connection};
 use super::scripts;
 use crate::algorithm::fixed_window::Tally;
 use crate::algorithm::sliding_log::WindowProbe;
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::store::Op;
-use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult};
 
 /// Undoes the counted operations of a batch refused as a whole.
@@ -70,7 +69,7 @@ pub(super) async fn execute(
 ) -> RedisResult<Vec<Vec<i64>>> {
     let values = match connection {
         Connection::Pool(pool) => {
-            let mut conn = pool.pick();
+            let mut conn = pool.pick().ok_or_else(no_connection)?;
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             for cmd in cmds {
@@ -96,6 +95,7 @@ pub(super) async fn execute(
         }
         Connection::Cluster(cluster) => {
             let cmds = &cmds;
+            let cluster = &cluster.conn;
             let run = |i: usize| {
                 let mut conn = cluster.clone();
                 async move { cmds[i].query_async::<redis::Value>(&mut conn).await }
@@ -131,8 +131,8 @@ pub(super) async fn execute(
 
 /// Runs one batch-script call, loading the scripts once on NOSCRIPT (a
 /// NOSCRIPT call ran nothing, so running it again counts nothing twice).
-pub(super) async fn execute_batch(
-    conn: &mut ConnectionManager,
+pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
     cmd: &redis::Cmd,
 ) -> RedisResult<Vec<Vec<i64>>> {
     let value = match cmd.query_async::<redis::Value>(conn).await {
@@ -142,10 +142,31 @@ pub(super) async fn execute_batch(
         }
         other => other?,
     };
-    match value {
-        redis::Value::Array(replies) => replies.iter().map(integers).collect(),
-        other => Err(bad_reply(format!("batch reply {other:?}"))),
+    let redis::Value::Array(flat) = value else {
+        return Err(bad_reply(format!("batch reply {value:?}")));
+    };
+    split_flat(&flat)
+}
+
+/// The batch script's flat reply (`n, n integers, n, …`) as one list of
+/// integers per operation; any other shape is an unexpected reply.
+pub(super) fn split_flat(flat: &[redis::Value]) -> RedisResult<Vec<Vec<i64>>> {
+    let int = |value: &redis::Value| match value {
+        redis::Value::Int(n) => Ok(*n),
+        other => Err(bad_reply(format!("batch reply item {other:?}"))),
+    };
+    let mut replies = Vec::new();
+    let mut rest = flat;
+    while let Some((head, tail)) = rest.split_first() {
+        let n = usize::try_from(int(head)?)
+            .map_err(|_| bad_reply("negative batch reply length".to_owned()))?;
+        let items = tail
+            .get(..n)
+            .ok_or_else(|| bad_reply(format!("batch reply cut short: {n} items announced")))?;
+        replies.push(items.iter().map(int).collect::<RedisResult<Vec<i64>>>()?);
+        rest = tail.get(n..).unwrap_or_default();
     }
+    Ok(replies)
 }
 
 /// Positions of the replies that are NOSCRIPT errors.

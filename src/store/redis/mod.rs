@@ -3,14 +3,15 @@
 //!
 //! Every check-and-count runs inside Redis as Lua (EVALSHA), never as a read
 //! in the service followed by a write, so concurrent callers can never
-//! over-admit. All operations of one request go out together: one batch
-//! script call on standalone and Sentinel; on a Cluster, one concurrent
-//! script call per descriptor (each in its own slot), which the cluster
-//! client pipelines per node. Connections are multiplexed and shared by all
-//! requests.
+//! over-admit. All operations of one request go out together, and with them
+//! those of every request that queued meanwhile (`coalesce`): one batch
+//! script call per connection write on standalone and Sentinel; on a
+//! Cluster, one call per hash tag, concurrent and pipelined per node by the
+//! cluster client. Connections are multiplexed and shared by all requests.
 //!
 //! The store knows counters, windows and limits, never descriptors.
 
+mod coalesce;
 mod command;
 mod config;
 mod connection;
@@ -24,9 +25,9 @@ pub use config::{RedisConfig, RedisMode, RedisTls};
 use super::{Batch, Outcome, Store, StoreError};
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
-use command::{Undo, algorithm_number, batch_cmd};
-use connection::{Connection, connect_pool, open, sentinel_master};
-use execute::{bad_reply, execute, execute_batch, outcome, take_back};
+use command::{Undo, algorithm_number};
+use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
+use execute::{bad_reply, outcome, take_back};
 use keys::Keys;
 use redis::RedisResult;
 use std::hash::{BuildHasher as _, RandomState};
@@ -212,13 +213,17 @@ impl RedisStore {
             .iter()
             .map(|op| self.call(op, now, batch.stop_when_over))
             .unzip();
-        let replies = match connection {
-            Connection::Pool(pool) if cmds.len() > 1 => {
-                let algorithms = batch.ops.iter().map(|op| algorithm_number(&op.spec));
-                execute_batch(&mut pool.pick(), &batch_cmd(algorithms.zip(&cmds))).await?
-            }
-            _ => execute(connection, cmds).await?,
+        let lane = match connection {
+            Connection::Pool(pool) => pool.lane(),
+            Connection::Cluster(cluster) => cluster.lane(),
         };
+        let ops = batch
+            .ops
+            .iter()
+            .map(|op| algorithm_number(&op.spec))
+            .zip(cmds)
+            .collect();
+        let replies = lane.ok_or_else(no_connection)?.run(ops).await?;
         if replies.len() != batch.ops.len() {
             return Err(bad_reply(format!(
                 "{} replies for {} operations",

@@ -5,7 +5,7 @@
 //! its own slot), all sent at once.
 
 use super::RedisStore;
-use super::connection::Connection;
+use super::connection::{Connection, no_connection};
 use crate::clock::UnixMillis;
 use crate::rlqs::split;
 use crate::store::rlqs::{
@@ -45,8 +45,13 @@ impl RedisStore {
                 .arg(u8::from(report.leave));
         }
         let replies: Vec<Vec<i64>> = match connection {
-            Connection::Pool(pool) => invocation.invoke_async(&mut pool.pick()).await?,
-            Connection::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await?,
+            Connection::Pool(pool) => {
+                let mut conn = pool.pick().ok_or_else(no_connection)?;
+                invocation.invoke_async(&mut conn).await?
+            }
+            Connection::Cluster(cluster) => {
+                invocation.invoke_async(&mut cluster.conn.clone()).await?
+            }
         };
         if replies.len() != reports.len() {
             return Err(super::execute::bad_reply(format!(
@@ -124,8 +129,11 @@ impl DemandRegistry for RedisStore {
             let mut cmd = redis::cmd("HGETALL");
             cmd.arg(&key);
             let pairs: Vec<(String, String)> = match &*connection {
-                Connection::Pool(pool) => cmd.query_async(&mut pool.pick()).await?,
-                Connection::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await?,
+                Connection::Pool(pool) => {
+                    let mut conn = pool.pick().ok_or_else(no_connection)?;
+                    cmd.query_async(&mut conn).await?
+                }
+                Connection::Cluster(cluster) => cmd.query_async(&mut cluster.conn.clone()).await?,
             };
             Ok::<_, redis::RedisError>(pairs)
         };

@@ -53,12 +53,16 @@ local at = 1
 for i = 1, #KEYS do
   local algorithm = algorithms[tonumber(ARGV[at])]
   local n = tonumber(ARGV[at + 1])
-  local args = {}
-  for j = 1, n do
-    args[j] = ARGV[at + 1 + j]
-  end
+  -- unpack copies the operation's arguments in C, not in a Lua loop.
+  local args = {unpack(ARGV, at + 2, at + 1 + n)}
   at = at + 2 + n
-  replies[i] = algorithm({KEYS[i]}, args)
+  -- One flat reply (each operation's length, then its integers): one array
+  -- for the client to read, not one per operation.
+  local reply = algorithm({KEYS[i]}, args)
+  replies[#replies + 1] = #reply
+  for j = 1, #reply do
+    replies[#replies + 1] = reply[j]
+  end
 end
 return replies
 ";

@@ -118,3 +118,26 @@ fn unexpected_replies_are_typed_errors_never_fresh_windows() {
         vec![3, -1]
     );
 }
+
+#[test]
+fn the_flat_batch_reply_splits_per_operation_or_is_a_typed_error() {
+    use super::execute::split_flat;
+    let ints = |v: &[i64]| v.iter().map(|&n| redis::Value::Int(n)).collect::<Vec<_>>();
+    assert_eq!(
+        split_flat(&ints(&[3, 0, 1, 1, 2, 7, 9, 0])).unwrap(),
+        vec![vec![0, 1, 1], vec![7, 9], vec![]]
+    );
+    assert_eq!(split_flat(&[]).unwrap(), Vec::<Vec<i64>>::new());
+    for bad in [
+        ints(&[3, 0, 1]),
+        ints(&[-1]),
+        vec![redis::Value::Int(1), redis::Value::Nil],
+        vec![redis::Value::Okay],
+    ] {
+        let err = StoreError::from(split_flat(&bad).unwrap_err());
+        assert!(
+            matches!(err, StoreError::BadReply { .. }),
+            "{bad:?}: {err:?}"
+        );
+    }
+}

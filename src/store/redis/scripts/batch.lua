@@ -1,6 +1,6 @@
--- Every operation of one request in one script call (standalone and
--- Sentinel, where one script may touch any keys; a Cluster runs one script
--- per descriptor instead, each in its own slot).
+-- Every operation of the requests that share one connection write in one
+-- script call (standalone and Sentinel, where one script may touch any keys;
+-- on a Cluster, the operations of one hash tag, so one slot).
 --
 -- The body of each algorithm's script is inserted below as a local function
 -- taking (KEYS, ARGV), so its contract is exactly its own script's.
@@ -10,4 +10,5 @@
 --          2 sliding_window, 3 sliding_log, 4 gcra), argument count n, then
 --          its n arguments
 --
--- Reply: one reply per operation, each what its algorithm's script returns.
+-- Reply: one flat array: for each operation, the length of what its
+-- algorithm's script returns, then those integers.

@@ -9,17 +9,21 @@
 --
 -- Reply: {before, after, counted} where counted is 1 when the hits were added.
 local hits = tonumber(ARGV[1])
-local before = tonumber(redis.call('GET', KEYS[1]) or '0')
-if hits == 0 then
-  return {before, before, 1}
+if hits == 0 or ARGV[4] == '1' then
+  local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if hits == 0 then
+    return {before, before, 1}
+  end
+  if before + hits > tonumber(ARGV[3]) then
+    return {before, before + hits, 0}
+  end
 end
-if ARGV[4] == '1' and before + hits > tonumber(ARGV[3]) then
-  return {before, before + hits, 0}
-end
+-- Counting always: INCRBY alone tells the count before (one command, not a
+-- GET and an INCRBY: the common path of every fixed-window hit).
 local after = redis.call('INCRBY', KEYS[1], hits)
 if after == hits then
   -- The key is new: give it its one expiry, so no key lives forever and the
   -- expiry never drifts on later hits.
   redis.call('EXPIRE', KEYS[1], ARGV[2])
 end
-return {before, after, 1}
+return {after - hits, after, 1}
