@@ -605,3 +605,74 @@ async fn rlqs_is_served_over_the_same_tls() {
     drop(envoy);
     server.shutdown().await;
 }
+
+/// The Redis script and the embedded registry are one algorithm: random
+/// reports (members, request counts, leaves, time steps) get the same
+/// grants from both, and the grants held never exceed the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_script_and_the_memory_registry_agree_on_random_reports() {
+    use floodgate::rlqs::split::UNITS;
+    use floodgate::store::CounterId;
+    use floodgate::store::rlqs::{DemandRegistry, DemandReport};
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let redis = RedisServer::start();
+    let on_redis = connected(redis_config(RedisMode::Single, redis.addr())).await;
+    let stale = Duration::from_secs(20);
+    let step = (
+        0_usize..6,
+        0_u64..500,
+        proptest::bool::weighted(0.1),
+        0_u64..9_000,
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        ..Config::default()
+    });
+    let case = std::sync::atomic::AtomicU64::new(0);
+    let result = runner.run(&proptest::collection::vec(step, 1..40), |steps| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let memory = MemoryStore::new();
+        let id = CounterId::new("edge", [("user", format!("case-{n}").as_str())]);
+        let mut now = UnixMillis::from_secs(1_700_000_000);
+        // Each member's grant and when it was given: a grant older than
+        // `stale` is no longer in force (its assignment expired before).
+        let mut held = [(0_u64, UnixMillis(0)); 6];
+        for (member, requests, leave, advance_ms) in steps {
+            now = UnixMillis(now.0 + advance_ms);
+            let name = format!("m{member}");
+            let report = [DemandReport {
+                id: id.clone(),
+                requests,
+                leave,
+            }];
+            let (from_memory, from_redis) = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    (
+                        memory
+                            .report_demand(&name, &report, now, stale)
+                            .await
+                            .unwrap(),
+                        on_redis
+                            .report_demand(&name, &report, now, stale)
+                            .await
+                            .unwrap(),
+                    )
+                })
+            });
+            prop_assert_eq!(&from_memory, &from_redis);
+            held[member] = (from_memory[0].units, now);
+            let in_force: u64 = held
+                .iter()
+                .filter(|(_, at)| at.0 + 20_000 > now.0)
+                .map(|(units, _)| units)
+                .sum();
+            prop_assert!(in_force <= UNITS, "{:?}", held);
+        }
+        Ok(())
+    });
+    if let Err(err) = result {
+        panic!("{err}");
+    }
+}
