@@ -676,3 +676,46 @@ async fn the_redis_script_and_the_memory_registry_agree_on_random_reports() {
         panic!("{err}");
     }
 }
+
+/// Script calls Redis has run so far (EVALSHA and EVAL).
+fn script_calls(redis: &RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]).unwrap();
+    stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn one_report_is_one_script_call_whatever_its_buckets() {
+    let redis = RedisServer::start();
+    let clock = clock();
+    let store = connected(redis_config(RedisMode::Single, redis.addr())).await;
+    let server = server(store, &clock, options()).await;
+    let mut envoy = RlqsClient::connect(server.grpc_addr, Some("a")).await;
+    envoy.ask("edge", &[usage(&[("user", "warm")], 1, 0)]).await;
+    let before = script_calls(&redis);
+    let answers = envoy
+        .ask(
+            "edge",
+            &[
+                usage(&[("user", "x")], 1, 0),
+                usage(&[("user", "y")], 1, 0),
+                usage(&[("user", "z")], 1, 0),
+                usage(&[("vip", "v")], 1, 0),
+            ],
+        )
+        .await;
+    assert_eq!(answers.len(), 4, "{answers:?}");
+    assert_eq!(script_calls(&redis) - before, 1);
+    drop(envoy);
+    server.shutdown().await;
+}
