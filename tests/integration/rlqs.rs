@@ -719,3 +719,46 @@ async fn one_report_is_one_script_call_whatever_its_buckets() {
     drop(envoy);
     server.shutdown().await;
 }
+
+/// The README's cost of a shift: traffic moving from one Envoy to another
+/// reaches its new share by the receiving Envoy's second report after the
+/// move (two report intervals), as the other gives its share back at its
+/// own report in between.
+#[tokio::test]
+async fn a_traffic_shift_reaches_the_new_split_within_two_reports() {
+    let clock = clock();
+    let server = memory_server(&clock).await;
+    let mut a = RlqsClient::connect(server.grpc_addr, Some("a")).await;
+    let mut b = RlqsClient::connect(server.grpc_addr, Some("b")).await;
+    let user: &[(&str, &str)] = &[("user", "shift")];
+    a.ask("edge", &[usage(user, 1, 0)]).await;
+    b.ask("edge", &[usage(user, 1, 0)]).await;
+    let mut b_now = Assigned::AllowAll;
+    // Steady: a carries the traffic (30/s), b almost none (1/s).
+    for _ in 0..2 {
+        clock.advance(FIVE_SECONDS);
+        a.ask_or_nothing("edge", &[usage(user, 30, 120)]).await;
+        if let [answer] = b
+            .ask_or_nothing("edge", &[usage(user, 5, 0)])
+            .await
+            .as_slice()
+        {
+            b_now = answer.assigned;
+        }
+    }
+    assert!(b_now.rate() < 0.06, "{b_now:?}");
+    // The traffic moves to b. b reports first: its share can only grow
+    // into the room a has left.
+    clock.advance(FIVE_SECONDS);
+    let first = b.ask_or_nothing("edge", &[usage(user, 30, 120)]).await;
+    assert!(first.is_empty() || only(&first).rate() < 0.1, "{first:?}");
+    a.ask_or_nothing("edge", &[usage(user, 0, 0)]).await;
+    // b's second report after the move: the new split.
+    clock.advance(FIVE_SECONDS);
+    let second = b.ask_or_nothing("edge", &[usage(user, 30, 120)]).await;
+    let b_new = only(&second);
+    assert!(b_new.rate() > 0.96, "{b_new:?}");
+    assert_eq!(b_new.tokens(), 58);
+    drop((a, b));
+    server.shutdown().await;
+}
