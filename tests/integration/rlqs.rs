@@ -762,3 +762,29 @@ async fn a_traffic_shift_reaches_the_new_split_within_two_reports() {
     drop((a, b));
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_newcomer_finding_no_room_is_denied_until_the_others_give_some_back() {
+    let clock = clock();
+    let server = memory_server(&clock).await;
+    let user: &[(&str, &str)] = &[("user", "crowd")];
+    let mut envoys = Vec::new();
+    for name in ["a", "b", "c"] {
+        envoys.push(RlqsClient::connect(server.grpc_addr, Some(name)).await);
+    }
+    let mut first = Vec::new();
+    for envoy in &mut envoys {
+        first.push(only(&envoy.ask("edge", &[usage(user, 1, 0)]).await));
+    }
+    // a alone took 97.5 %, b the spare slot, nothing is left for c.
+    assert_eq!(first[0].tokens(), 58);
+    assert_eq!(first[1].tokens(), 1);
+    assert_eq!(first[2], Assigned::DenyAll);
+    // a's next report gives room back; c's next report takes some.
+    clock.advance(FIVE_SECONDS);
+    envoys[0].ask_or_nothing("edge", &[usage(user, 5, 0)]).await;
+    let c = envoys[2].ask_or_nothing("edge", &[usage(user, 5, 0)]).await;
+    assert!(only(&c).tokens() >= 1, "{c:?}");
+    drop(envoys);
+    server.shutdown().await;
+}
