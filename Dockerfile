@@ -7,6 +7,14 @@
 # Rules are read from /srv/runtime_data/current/config (RUNTIME_ROOT +
 # RUNTIME_APPDIRECTORY) and reloaded when they change: mount a volume or a
 # Kubernetes ConfigMap there. The bundled examples are the default.
+#
+# A drop-in for the reference image (envoyproxy/ratelimit): the binary is
+# also /bin/ratelimit, which serves when run without arguments (Envoy
+# Gateway's `command: [/bin/ratelimit]`). It runs as any non-root user (the
+# image's 10001, or Envoy Gateway's 65534) on a read-only root filesystem:
+# floodgate writes no file anywhere, everything it installs is readable by
+# every user, and nothing needs a home directory. The debug listener
+# (/rlconfig, /healthcheck) is on 6070 as in the reference.
 
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
@@ -29,6 +37,10 @@ RUN apt-get update \
         --home-dir /nonexistent --shell /usr/sbin/nologin floodgate
 COPY --from=builder /out/floodgate /usr/local/bin/floodgate
 COPY examples/config /srv/runtime_data/current/config
+# /bin is /usr/bin on bookworm; the link keeps argv[0] = ratelimit. Rules
+# readable by any user, whatever the build context's file modes.
+RUN ln -s /usr/local/bin/floodgate /usr/bin/ratelimit \
+    && chmod -R a+rX /srv/runtime_data
 ENV RUNTIME_ROOT=/srv/runtime_data/current \
     RUNTIME_APPDIRECTORY=config \
     RUNTIME_IGNOREDOTFILES=true \
@@ -36,9 +48,11 @@ ENV RUNTIME_ROOT=/srv/runtime_data/current \
     PORT=8080 \
     GRPC_HOST=0.0.0.0 \
     GRPC_PORT=8081 \
+    DEBUG_HOST=0.0.0.0 \
+    DEBUG_PORT=6070 \
     LOG_FORMAT=json \
     LOG_LEVEL=info
 USER 10001:10001
-EXPOSE 8080 8081
+EXPOSE 8080 8081 6070
 ENTRYPOINT ["floodgate"]
 CMD ["serve"]

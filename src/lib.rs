@@ -3,7 +3,7 @@
 //! Module map, and the only direction imports may flow:
 //!
 //! ```text
-//! main -> server -> limiter -> { config::Index, store, metrics } -> algorithm -> clock
+//! main -> server -> limiter -> { config::Index, store, metrics, insight } -> algorithm -> clock
 //! ```
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
@@ -13,6 +13,11 @@
 //! - [`limiter`]: the decision, with the reference service's semantics.
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
+//! - [`metrics`]: every metric, rendered for Prometheus (floodgate's names,
+//!   and the reference's through a statsd_exporter mapping) and sent to statsd.
+//! - [`insight`]: operator views that never count (top lists by domain).
+//! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
+//!   over OTLP when `TRACING_ENABLED`.
 //! - [`metrics`]: every metric, rendered for Prometheus.
 //! - [`rlqs`]: Envoy's Rate Limit Quota Service over the same rules and
 //!   store: a rule's budget split across the Envoys reporting a bucket.
@@ -32,8 +37,10 @@ pub mod algorithm;
 pub mod clock;
 pub mod config;
 pub mod descriptor;
+pub mod insight;
 pub mod limiter;
 pub mod metrics;
+pub mod otel;
 pub mod rlqs;
 pub mod server;
 pub mod settings;

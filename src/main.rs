@@ -14,8 +14,10 @@ use floodgate::clock::SystemClock;
 use floodgate::config::xds::XdsClient;
 use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
+use floodgate::metrics::Mapper;
 use floodgate::metrics::Metrics;
-use floodgate::server::{self, Listeners, ReloadOptions, ServeOptions};
+use floodgate::otel::{Tracing, TracingError};
+use floodgate::server::{self, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
 use floodgate::telemetry::error_chain;
@@ -41,6 +43,24 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Validate every rule file in DIR; print each error, or one line per domain.
     CheckConfig(CheckArgs),
+    /// Explain a request (a POST /json body) against the rules in DIR, with
+    /// empty counters; prints what POST /explain would answer.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ExplainArgs {
+    /// Rule directory to explain against.
+    #[arg(long, value_name = "DIR")]
+    config_dir: PathBuf,
+    /// The request, as the JSON body of POST /json.
+    request: String,
+    /// Merge rule files that name the same domain (MERGE_DOMAIN_CONFIG).
+    #[arg(long)]
+    merge_domain_config: bool,
+    /// Skip rule files whose name starts with '.' (RUNTIME_IGNOREDOTFILES).
+    #[arg(long)]
+    ignore_dotfiles: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -55,12 +75,65 @@ struct CheckArgs {
     ignore_dotfiles: bool,
 }
 
+/// The command line; run as `ratelimit` (Envoy Gateway's `/bin/ratelimit`,
+/// the reference's binary name) without a subcommand, floodgate serves, as
+/// the reference does.
+fn command_line() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let as_reference = args
+        .first()
+        .and_then(|arg0| std::path::Path::new(arg0).file_name())
+        .is_some_and(|name| name == "ratelimit");
+    let has_subcommand = args
+        .get(1)
+        .is_some_and(|a| a == "serve" || a == "check-config" || a == "help");
+    if as_reference && !has_subcommand {
+        args.insert(1.min(args.len()), "serve".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(command_line());
     let env: Env = std::env::vars().collect();
     match cli.command {
         Command::Serve(args) => run_serve(&args, &env),
         Command::CheckConfig(args) => run_check_config(&args),
+        Command::Explain(args) => run_explain(&args),
+    }
+}
+
+fn run_explain(args: &ExplainArgs) -> ExitCode {
+    let options = LoadOptions {
+        merge_domains: args.merge_domain_config,
+        ignore_dotfiles: args.ignore_dotfiles,
+    };
+    let index = match config::load_dir(&args.config_dir, &options) {
+        Ok(index) => index,
+        Err(err) => {
+            print_config_error(&err);
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the runtime: {}", error_chain(&err));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(server::explain_offline(index, &args.request)) {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("error: {}", error_chain(&err));
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -102,6 +175,15 @@ fn print_config_error(err: &ConfigError) {
     }
 }
 
+/// What stops `serve` after the runtime started.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(transparent)]
+    Serve(ServeError),
+    #[error("cannot start tracing")]
+    Tracing(#[source] TracingError),
+}
+
 fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     let settings = match Settings::resolve(args, env) {
         Ok(settings) => settings,
@@ -118,6 +200,33 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         eprintln!("error: {}", error_chain(&err));
         return ExitCode::FAILURE;
     }
+    for (var, why) in &settings.stats.ignored {
+        tracing::debug!(
+            setting = var,
+            reason = why,
+            "reference setting accepted and ignored"
+        );
+    }
+    // The mapping file is checked before any port is bound, like the rules.
+    let mapper = if settings.metrics_addr.is_some() {
+        let mapper = match &settings.stats.mapper_yaml {
+            Some(path) => match Mapper::from_file(path) {
+                Ok(mapper) => mapper,
+                Err(err) => {
+                    eprintln!(
+                        "error: PROMETHEUS_MAPPER_YAML {}: {}",
+                        path.display(),
+                        error_chain(&err)
+                    );
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => Mapper::reference_default(settings.stats.response_time_as_ms),
+        };
+        Some(Arc::new(mapper))
+    } else {
+        None
+    };
     // Rules are validated before any port is bound: a bad file never
     // produces a half-started service.
     let options = LoadOptions {
@@ -224,7 +333,16 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             settings.http_addr,
             settings.metrics_addr,
         )
-        .await?;
+        .await
+        .map_err(StartError::Serve)?;
+        let debug = match settings.stats.debug_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Serve(ServeError::Bind { addr, source }))?,
+            ),
+            None => None,
+        };
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
             Limiter::new(
@@ -235,15 +353,33 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             )
             .with_metrics(Arc::new(metrics)),
         );
+        // Inside the runtime: the gRPC exporter's connection runs on it.
+        let tracing = match &settings.tracing {
+            Some(tracing) => Some(Tracing::start(tracing).map_err(StartError::Tracing)?),
+            None => None,
+        };
         let serve_options = ServeOptions {
             reload,
             rule_feed,
+            tracer: tracing.as_ref().map(Tracing::request_tracer),
+            stats: StatsExport {
+                mapper,
+                extra_tags: settings.stats.extra_tags.clone(),
+                statsd: settings.stats.statsd.clone(),
+            },
             ..settings.serve
         };
-        let served = server::serve(limiter, listeners, serve_options, token.clone()).await;
+        let served =
+            server::serve_with_debug(limiter, listeners, debug, serve_options, token.clone()).await;
         token.cancel();
         stop_xds(xds_task).await;
-        served
+        // Last in the shutdown order: export the spans still queued.
+        if let Some(tracing) = tracing
+            && let Err(err) = tracing.shutdown().await
+        {
+            tracing::warn!(error = &err as &dyn Error, "spans lost at shutdown");
+        }
+        served.map_err(StartError::Serve)
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -90,6 +90,20 @@ pub struct Outcome {
     pub limit_index: usize,
 }
 
+impl Outcome {
+    /// Nothing known: not over, nothing left, nothing counted (the answer
+    /// for states that cannot occur, rather than a panic).
+    pub const NOTHING: Self = Self {
+        over_limit: false,
+        remaining: 0,
+        reset: Duration::ZERO,
+        counted: false,
+        before: 0,
+        after: 0,
+        limit_index: 0,
+    };
+}
+
 /// Milliseconds, rounded up, as a `Duration`: a reset is never reported
 /// earlier than the instant the limit really admits again.
 pub(crate) fn ceil_ms(micros: u64) -> Duration {

@@ -29,7 +29,7 @@
 //! matched against the entry's value alone, which removes that ambiguity and
 //! is otherwise equivalent.
 
-pub use super::rule::{Algorithm, Limit, PathStep, Policy, Rule};
+pub use super::rule::{Algorithm, Limit, Metadata, PathStep, Policy, Rule};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
 
@@ -157,6 +157,11 @@ impl Pattern {
         })
     }
 
+    /// The pattern as written in the rule file.
+    pub(crate) fn text(&self) -> String {
+        self.parts.join("*")
+    }
+
     /// Whether `value` matches, each `*` standing for any run of characters
     /// (including none). The first and last pieces are anchored; the middle
     /// pieces are found leftmost-first, which is optimal for `*`-only globs,
@@ -182,6 +187,17 @@ impl Pattern {
         }
         true
     }
+}
+
+/// How [`Level::select`] chose a node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Selected<'a> {
+    /// The node whose value equals the entry's.
+    Exact,
+    /// The first wildcard node whose pattern matches.
+    Wildcard(&'a Pattern),
+    /// The key-only node.
+    Default,
 }
 
 /// A node of the frozen tree.
@@ -235,20 +251,24 @@ impl Level {
 
     /// The node an entry selects at this level (§1.2 step 3).
     fn select(&self, entry: &Entry) -> Option<&Node> {
+        self.select_how(entry).map(|(node, _)| node)
+    }
+
+    /// [`Level::select`], also saying how the node was chosen.
+    fn select_how(&self, entry: &Entry) -> Option<(&Node, Selected<'_>)> {
         let group = self.keys.get(entry.key.as_str())?;
-        let id = group
-            .exact
-            .get(entry.value.as_str())
-            .copied()
-            .or_else(|| {
-                group
-                    .wildcards
-                    .iter()
-                    .find(|(pattern, _)| pattern.matches(&entry.value))
-                    .map(|(_, id)| *id)
-            })
-            .or(group.default)?;
-        group.nodes.get(id)
+        let (id, how) = match group.exact.get(entry.value.as_str()) {
+            Some(&id) => (id, Selected::Exact),
+            None => match group
+                .wildcards
+                .iter()
+                .find(|(pattern, _)| pattern.matches(&entry.value))
+            {
+                Some((pattern, id)) => (*id, Selected::Wildcard(pattern)),
+                None => (group.default?, Selected::Default),
+            },
+        };
+        Some((group.nodes.get(id)?, how))
     }
 }
 
@@ -358,3 +378,6 @@ impl Index {
 
 #[cfg(test)]
 mod tests;
+mod walk;
+
+pub use walk::{StepMatch, Walk};

@@ -21,6 +21,9 @@ mod validation;
 mod watch;
 pub mod xds;
 
-pub use index::{Algorithm, DomainSummary, Index, Limit, Lookup, Match, PathStep, Policy, Rule};
+pub use index::{
+    Algorithm, DomainSummary, Index, Limit, Lookup, Match, Metadata, PathStep, Policy, Rule,
+    StepMatch, Walk,
+};
 pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};
 pub use watch::{DEFAULT_POLL_INTERVAL, Fingerprint, Reload, ReloadStats, Watcher};

@@ -33,7 +33,7 @@ pub(crate) const DESCRIPTOR_KEYS: &[&str] = &[
 ];
 
 /// Keys allowed in a `rate_limit` map. `unit_multiplier`, `algorithm`,
-/// `burst` and `count_rejected` are floodgate extensions.
+/// `burst`, `count_rejected` and `shadow_mode` are floodgate extensions.
 pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "unit",
     "requests_per_unit",
@@ -44,6 +44,7 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "algorithm",
     "burst",
     "count_rejected",
+    "shadow_mode",
 ];
 
 /// Keys allowed in one `replaces` entry.
@@ -107,6 +108,9 @@ pub(crate) struct RateLimit {
     pub(crate) burst: Option<u32>,
     /// Extension (sliding_window): count denied hits too.
     pub(crate) count_rejected: Option<bool>,
+    /// Extension: a candidate limit, counted on its own counters but never
+    /// enforced.
+    pub(crate) shadow_mode: Option<bool>,
 }
 
 /// One `replaces` entry.

@@ -66,6 +66,11 @@ pub struct Limit {
     /// sliding_window: count denied hits too (default: only admitted hits
     /// count, so the window truly slides).
     pub count_rejected: bool,
+    /// `shadow_mode` on this limit (extension): a candidate limit, decided
+    /// alone on counters of its own, that never makes the answer
+    /// OVER_LIMIT; its would-be denials count in the rule's `shadow_mode`
+    /// metric. A rule lists its enforced limits first, then these.
+    pub shadow_mode: bool,
 }
 
 impl Limit {
@@ -117,6 +122,10 @@ impl PathStep {
     }
 }
 
+/// A node's free-form `metadata`: returned, merged, in a response's dynamic
+/// metadata (`RESPONSE_DYNAMIC_METADATA`). Keys are not checked.
+pub type Metadata = serde_json::Map<String, serde_json::Value>;
+
 /// A rule: a descriptor node that carries a `rate_limit`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
@@ -131,8 +140,10 @@ pub struct Rule {
     pub shadow_mode: bool,
     /// `quota_mode`: soft limit, see the reference's quota mode.
     pub quota_mode: bool,
-    /// `metadata`: the node's YAML map converted to JSON.
-    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// `metadata`: the node's YAML map, converted once at load and shared;
+    /// `None` when absent or empty (as the reference, which drops an empty
+    /// map).
+    pub metadata: Option<Arc<Metadata>>,
     /// Domain the rule belongs to.
     pub domain: String,
     /// `detailed_metric` on this node: the stats key uses every runtime value.

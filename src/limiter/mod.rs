@@ -8,8 +8,11 @@
 //! store one batch.
 
 mod error;
+mod explain;
 mod local_cache;
+mod observe;
 mod options;
+mod pick;
 mod plan;
 mod quiet_log;
 mod response;
@@ -17,6 +20,7 @@ mod response;
 mod tests;
 
 pub use error::LimitError;
+pub use explain::{Explained, Explanation, Step, Verdict, WindowState};
 pub use options::{FailureMode, LimiterOptions, RequestBounds};
 pub use response::{Code, CurrentLimit, HeaderNames, Response, Status};
 
@@ -24,11 +28,12 @@ use crate::algorithm::Spec;
 use crate::clock::Clock;
 use crate::config::Index;
 use crate::descriptor::Request;
+use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
 use crate::store::{Batch, CounterId, Op, Store, StoreError};
 use arc_swap::ArcSwap;
 use local_cache::LocalCache;
-use plan::{Pending, Plan, apply_replaces, counter_id, failure_outcome, specs};
+use plan::{Pending, Plan, apply_replaces, counter_id, failure_outcome, is_candidate, specs};
 use quiet_log::QuietLog;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +50,8 @@ pub struct Limiter<S> {
     clock: Arc<dyn Clock>,
     local_cache: Option<LocalCache>,
     metrics: Arc<Metrics>,
+    /// Hottest and most-limited descriptors per domain.
+    top: Arc<TopRecorder>,
     options: LimiterOptions,
     /// Store failures are logged here, at most once a second per kind.
     failures: QuietLog,
@@ -66,6 +73,7 @@ impl<S: Store> Limiter<S> {
             clock,
             local_cache,
             metrics: Arc::new(Metrics::default()),
+            top: Arc::new(TopRecorder::default()),
             options,
             failures: QuietLog::default(),
         }
@@ -81,6 +89,11 @@ impl<S: Store> Limiter<S> {
     /// The metrics this limiter records into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The top lists this limiter records into.
+    pub fn top(&self) -> &Arc<TopRecorder> {
+        &self.top
     }
 
     /// The store this limiter counts in.
@@ -153,10 +166,11 @@ impl<S: Store> Limiter<S> {
                     cached: false,
                     hits,
                 };
+                let candidate = is_candidate(limits, base).then(|| id.candidate(base));
                 if let Some(hit) = self
                     .local_cache
                     .as_ref()
-                    .and_then(|c| c.get(&id, spec, now))
+                    .and_then(|c| c.get(candidate.as_ref().unwrap_or(&id), spec, now))
                 {
                     slot.outcome = Some(hit);
                     slot.cached = true;
@@ -164,10 +178,10 @@ impl<S: Store> Limiter<S> {
                     sent.push(slots.len());
                     // The last operation of the descriptor takes the
                     // identity; only descriptors with several get copies.
-                    let id = if n == last {
-                        std::mem::take(&mut id)
-                    } else {
-                        id.clone()
+                    let id = match candidate {
+                        Some(candidate) => candidate,
+                        None if n == last => std::mem::take(&mut id),
+                        None => id.clone(),
                     };
                     batch.ops.push(Op { id, spec, hits });
                 }
@@ -193,11 +207,13 @@ impl<S: Store> Limiter<S> {
                 None => Vec::new(),
             };
             let started = std::time::Instant::now();
+            // A child span of the call's when it is traced.
+            let execute = crate::otel::store_round_trip(self.store.execute(batch, now));
             let result = match deadline {
-                Some(deadline) => tokio::time::timeout(deadline, self.store.execute(batch, now))
+                Some(deadline) => tokio::time::timeout(deadline, execute)
                     .await
                     .unwrap_or(Err(StoreError::Timeout)),
-                None => self.store.execute(batch, now).await,
+                None => execute.await,
             };
             self.metrics.observe_store(started.elapsed());
             match result {
@@ -249,6 +265,8 @@ impl<S: Store> Limiter<S> {
                 }
             }
         }
-        Ok(self.respond(&plans, &slots))
+        let response = self.respond(&plans, &slots);
+        self.observe(&index, request, &slots, now);
+        Ok(response)
     }
 }

@@ -65,6 +65,9 @@ pub struct LimiterOptions {
     /// `LOCAL_CACHE_SIZE_IN_BYTES`: budget of the in-process over-limit
     /// cache; 0 turns it off.
     pub local_cache_bytes: usize,
+    /// `RESPONSE_DYNAMIC_METADATA`: answer with the `metadata` of the rules
+    /// whose descriptors passed ([`Response::dynamic_metadata`](super::Response)).
+    pub dynamic_metadata: bool,
 }
 
 impl RequestBounds {

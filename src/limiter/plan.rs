@@ -4,7 +4,7 @@
 
 use super::Limiter;
 use crate::algorithm::{FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec};
-use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
+use crate::config::{Algorithm, Index, Limit, Lookup, Metadata, Policy};
 use crate::descriptor::Descriptor;
 use crate::store::{CounterId, Store};
 use std::borrow::Cow;
@@ -29,42 +29,64 @@ pub(super) enum Plan<'a> {
         shared: Vec<(usize, &'a str)>,
         /// The reference's stats key of this descriptor.
         stats_key: Cow<'a, str>,
+        /// The rule's `metadata` (never for an override).
+        metadata: Option<&'a Arc<Metadata>>,
     },
 }
 
 /// The store operations a descriptor's limits become, each with the index
 /// of the first limit it covers: sliding windows and logs decide all their
-/// windows in one operation; fixed windows and GCRA have one state per limit.
+/// enforced windows in one operation; fixed windows and GCRA have one state
+/// per limit. Shadow (candidate) limits come last in a rule and are decided
+/// one by one, each on counters of its own ([`CounterId::candidate`]), so
+/// they never change what the enforced limits admit.
 pub(super) fn specs(limits: &[Limit]) -> Vec<(Spec, usize)> {
-    let Some(first) = limits.first() else {
-        return Vec::new();
+    let enforced = limits.partition_point(|l| !l.shadow_mode);
+    let (group, candidates) = limits.split_at(enforced);
+    let candidates = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, limit)| (single_spec(limit), enforced + i));
+    let Some(first) = group.first() else {
+        return candidates.collect();
     };
     match first.algorithm {
         Algorithm::SlidingWindow => {
-            let pairs = limits
+            let pairs = group
                 .iter()
                 .map(|l| (u64::from(l.requests_per_unit), l.window_secs()));
-            let count_rejected = limits.iter().any(|l| l.count_rejected);
-            vec![(
+            let count_rejected = group.iter().any(|l| l.count_rejected);
+            std::iter::once((
                 Spec::SlidingWindow(SlidingWindow::new(Limits::new(pairs), count_rejected)),
                 0,
-            )]
+            ))
+            .chain(candidates)
+            .collect()
         }
         Algorithm::SlidingLog => {
-            let pairs = limits.iter().map(|l| {
+            let pairs = group.iter().map(|l| {
                 (
                     u64::from(l.requests_per_unit),
                     l.window_secs().saturating_mul(1_000),
                 )
             });
-            vec![(Spec::SlidingLog(SlidingLog::new(Limits::new(pairs))), 0)]
+            std::iter::once((Spec::SlidingLog(SlidingLog::new(Limits::new(pairs))), 0))
+                .chain(candidates)
+                .collect()
         }
-        Algorithm::FixedWindow | Algorithm::Gcra => limits
+        Algorithm::FixedWindow | Algorithm::Gcra => group
             .iter()
             .enumerate()
             .map(|(i, limit)| (single_spec(limit), i))
+            .chain(candidates)
             .collect(),
     }
+}
+
+/// Whether the operation covering `limits[base]` is a shadow (candidate)
+/// limit's, counted under [`CounterId::candidate`].
+pub(super) fn is_candidate(limits: &[Limit], base: usize) -> bool {
+    limits.get(base).is_some_and(|l| l.shadow_mode)
 }
 
 /// The operation of one limit on its own.
@@ -140,12 +162,14 @@ impl<S: Store> Limiter<S> {
                     algorithm: Algorithm::FixedWindow,
                     burst: None,
                     count_rejected: false,
+                    shadow_mode: false,
                 }]),
                 shadow_mode: false,
                 quota_mode: self.options.global_quota_mode,
                 replaces: &[],
                 shared: Vec::new(),
                 stats_key: Cow::Owned(runtime_stats_key(domain, descriptor)),
+                metadata: None,
             };
         }
         match index.lookup(domain, &descriptor.entries) {
@@ -164,6 +188,7 @@ impl<S: Store> Limiter<S> {
                     replaces: &matched.rule.replaces,
                     stats_key: matched.stats_key_cow(&descriptor.entries),
                     shared: matched.shared,
+                    metadata: matched.rule.metadata.as_ref(),
                 },
             },
         }

@@ -2,9 +2,9 @@
 //! rate-limit headers, from the plan and the store's outcomes.
 
 use super::Limiter;
-use super::plan::{Pending, Plan, failure_outcome};
-use crate::algorithm::Outcome;
-use crate::config::Limit;
+use super::pick::{Overall, pick};
+use super::plan::{Pending, Plan};
+use crate::config::{Limit, Metadata};
 use crate::descriptor::Unit;
 use crate::metrics::RuleHit;
 use crate::store::Store;
@@ -69,6 +69,11 @@ pub struct Response {
     pub statuses: Vec<Status>,
     /// `RateLimit-*` headers for the most constrained descriptor, when enabled.
     pub response_headers: Vec<(Arc<str>, String)>,
+    /// `RESPONSE_DYNAMIC_METADATA`: the `metadata` of the matched rules whose
+    /// descriptors passed (not over the limit, not unlimited, not replaced),
+    /// in request order, for the server to merge (first value wins); `None`
+    /// when the setting is off.
+    pub dynamic_metadata: Option<Vec<Arc<Metadata>>>,
 }
 
 /// Names of the three rate-limit response headers.
@@ -103,7 +108,8 @@ pub(super) fn current_limit(limit: &Limit) -> CurrentLimit {
 impl<S: Store> Limiter<S> {
     pub(super) fn respond(&self, plans: &[Plan<'_>], slots: &[Pending]) -> Response {
         let mut statuses = Vec::with_capacity(plans.len());
-        let (mut any_over, mut quota_total, mut quota_over) = (false, 0usize, 0usize);
+        let mut overall = Overall::default();
+        let mut passed_metadata = self.options.dynamic_metadata.then(Vec::new);
         let mut slots = slots.iter().peekable();
         for (i, plan) in plans.iter().enumerate() {
             let status = match plan {
@@ -114,36 +120,17 @@ impl<S: Store> Limiter<S> {
                     shadow_mode,
                     quota_mode,
                     stats_key,
+                    metadata,
                     ..
                 } => {
-                    // The descriptor's answer: its first violated limit, else
-                    // the one with the least remaining.
-                    let mut chosen: Option<(usize, Outcome)> = None;
-                    let (mut hits, mut cached) = (0, false);
-                    while let Some(slot) = slots.next_if(|s| s.plan == i) {
-                        hits = slot.hits;
-                        cached |= slot.cached && slot.outcome.is_some_and(|o| o.over_limit);
-                        // Every slot gets an outcome; a missing one would be
-                        // a store bug, answered as a fresh window.
-                        let at = (slot.base + slot.outcome.map_or(0, |o| o.limit_index))
-                            .min(limits.len().saturating_sub(1));
-                        let outcome = slot
-                            .outcome
-                            .unwrap_or_else(|| failure_outcome(&limits[at], false));
-                        let better = match &chosen {
-                            None => true,
-                            Some((_, best)) if best.over_limit => false,
-                            Some((_, best)) => {
-                                outcome.over_limit || outcome.remaining < best.remaining
-                            }
-                        };
-                        if better {
-                            chosen = Some((at, outcome));
-                        }
-                    }
-                    let (at, outcome) =
-                        chosen.unwrap_or_else(|| (0, failure_outcome(&limits[0], false)));
-                    let limit = u64::from(limits[at].requests_per_unit);
+                    let picked = pick(
+                        limits,
+                        std::iter::from_fn(|| slots.next_if(|s| s.plan == i)),
+                    );
+                    let (outcome, hits) = (picked.outcome, picked.hits);
+                    let limit = limits
+                        .get(picked.at)
+                        .map_or(0, |l| u64::from(l.requests_per_unit));
                     self.metrics.record_rule(
                         stats_key,
                         RuleHit {
@@ -156,32 +143,28 @@ impl<S: Store> Limiter<S> {
                                 .max(limit.saturating_sub(outcome.remaining).saturating_sub(hits)),
                             after: outcome.after.max(limit.saturating_sub(outcome.remaining)),
                             over_limit: outcome.over_limit,
-                            local_cache: cached,
-                            shadow_mode: *shadow_mode,
+                            local_cache: picked.cached,
+                            // A rule whose limits are all shadow ones
+                            // answers as a shadow rule.
+                            shadow_mode: picked.is_shadow(*shadow_mode),
                         },
                     );
-                    let code = if outcome.over_limit && !shadow_mode {
-                        Code::OverLimit
-                    } else {
-                        Code::Ok
-                    };
-                    if *quota_mode {
-                        quota_total += 1;
-                        quota_over += usize::from(code == Code::OverLimit);
-                    } else {
-                        any_over |= code == Code::OverLimit;
+                    if picked.shadow_denied > 0 {
+                        self.metrics.record_shadow(stats_key, picked.shadow_denied);
                     }
-                    Status {
-                        code,
-                        current_limit: Some(current_limit(&limits[at])),
-                        limit_remaining: u32::try_from(outcome.remaining).unwrap_or(u32::MAX),
-                        duration_until_reset: Some(outcome.reset),
+                    let status = picked.status(limits, *shadow_mode);
+                    if let (Some(passed), Some(metadata), Code::Ok) =
+                        (&mut passed_metadata, metadata, status.code)
+                    {
+                        passed.push(Arc::clone(metadata));
                     }
+                    overall.add(&status, *quota_mode);
+                    status
                 }
             };
             statuses.push(status);
         }
-        let over = any_over || (quota_total > 0 && quota_over == quota_total);
+        let over = overall.is_over();
         let overall_code = if over && !self.options.global_shadow_mode {
             Code::OverLimit
         } else {
@@ -200,6 +183,7 @@ impl<S: Store> Limiter<S> {
             overall_code,
             statuses,
             response_headers,
+            dynamic_metadata: passed_metadata,
         }
     }
 }

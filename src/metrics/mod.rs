@@ -9,13 +9,24 @@
 //! runtime values; past `max_series` distinct keys new ones are not tracked
 //! and `ratelimit_metrics_series_dropped_total` counts the hits that were not
 //! recorded. Nothing here logs or allocates per request in the common case.
+//!
+//! The same counters also leave under the reference's statsd names
+//! (`statsd_names`): through a statsd_exporter mapping on the Prometheus
+//! listener (`mapper`, `mapped`) and to statsd (`statsd`, a background
+//! task: requests only bump atomics). `process` reads `/proc/self`.
 
 mod histogram;
+pub mod mapped;
+pub mod mapper;
+pub mod process;
 mod render;
 pub mod rlqs;
+pub mod statsd;
+pub mod statsd_names;
 #[cfg(test)]
 mod tests;
 
+pub use mapper::{Mapper, MapperError, MetricType};
 pub use render::render_memory_store;
 
 use histogram::Histogram;
@@ -103,6 +114,10 @@ pub struct Metrics {
     in_flight: AtomicI64,
     request_latency: Histogram,
     store_latency: Histogram,
+    /// The reference's response-time timer, in whole milliseconds.
+    response_time_ms: statsd_names::TimerCounts,
+    /// statsd lines not delivered (sink unreachable or slow).
+    statsd_dropped: AtomicU64,
     /// RLQS streams, buckets and assignments.
     pub rlqs: rlqs::RlqsMetrics,
 }
@@ -130,6 +145,8 @@ impl Metrics {
             in_flight: AtomicI64::new(0),
             request_latency: Histogram::default(),
             store_latency: Histogram::default(),
+            response_time_ms: statsd_names::TimerCounts::default(),
+            statsd_dropped: AtomicU64::new(0),
             rlqs: rlqs::RlqsMetrics::default(),
         }
     }
@@ -217,6 +234,15 @@ impl Metrics {
         }
     }
 
+    /// Counts `hits` that a rule's shadow (candidate) limits would have
+    /// denied, in the rule's `shadow_mode` stat.
+    pub fn record_shadow(&self, stats_key: &str, hits: u64) {
+        match self.rule(stats_key) {
+            Some(c) => c.shadow_mode.fetch_add(hits, Ordering::Relaxed),
+            None => self.series_dropped.fetch_add(hits, Ordering::Relaxed),
+        };
+    }
+
     /// Counts a request for a domain no rule file defines.
     pub fn record_domain_not_found(&self, domain: &str) {
         let domain = bounded_label(domain);
@@ -271,6 +297,16 @@ impl Metrics {
         self.service_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts statsd lines that could not be delivered.
+    pub fn record_statsd_dropped(&self, lines: u64) {
+        self.statsd_dropped.fetch_add(lines, Ordering::Relaxed);
+    }
+
+    /// statsd lines not delivered so far.
+    pub fn statsd_dropped(&self) -> u64 {
+        self.statsd_dropped.load(Ordering::Relaxed)
+    }
+
     /// The counters of one stats key, if tracked (for tests and tools).
     pub fn rule_counters(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
         self.rules.read().get(stats_key).cloned()
@@ -287,6 +323,8 @@ pub struct RequestGuard<'a> {
 impl Drop for RequestGuard<'_> {
     fn drop(&mut self) {
         self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.metrics.request_latency.observe(self.started.elapsed());
+        let elapsed = self.started.elapsed();
+        self.metrics.request_latency.observe(elapsed);
+        self.metrics.response_time_ms.observe(elapsed);
     }
 }

@@ -78,7 +78,7 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 6] = [
+        let counters: [(&str, &str, &AtomicU64); 7] = [
             (
                 "ratelimit_service_global_shadow_mode",
                 "Requests answered OK only because of SHADOW_MODE.",
@@ -108,6 +108,11 @@ impl Metrics {
                 "ratelimit_metrics_series_dropped_total",
                 "Hits not recorded because the per-rule series cap was reached.",
                 &self.series_dropped,
+            ),
+            (
+                "ratelimit_statsd_dropped_lines_total",
+                "statsd lines not delivered (USE_STATSD sink unreachable or slow).",
+                &self.statsd_dropped,
             ),
         ];
         for (name, help, counter) in counters {

@@ -178,13 +178,15 @@ pub fn decide(index: &Index, domain: &str, key: &BucketKey, options: &RlqsOption
         }
         Policy::Limited(limits) => limits,
     };
-    if rule.shadow_mode || options.global_shadow_mode {
+    // Shadow limits never deny: only the enforced ones make the budget.
+    let enforced: Vec<&Limit> = limits.iter().filter(|limit| !limit.shadow_mode).collect();
+    if rule.shadow_mode || options.global_shadow_mode || enforced.is_empty() {
         return Decision::Blanket {
             strategy: Strategy::AllowAll,
             reason: "shadow mode",
         };
     }
-    let Some(budget) = budget(limits) else {
+    let Some(budget) = budget(&enforced) else {
         return Decision::Blanket {
             strategy: Strategy::DenyAll,
             reason: "requests_per_unit is 0",
@@ -210,7 +212,7 @@ pub fn decide(index: &Index, domain: &str, key: &BucketKey, options: &RlqsOption
 
 /// The budget of a rule's limits: the slowest rate, the smallest burst;
 /// `None` when a limit allows nothing.
-fn budget(limits: &[Limit]) -> Option<Budget> {
+fn budget(limits: &[&Limit]) -> Option<Budget> {
     let mut best: Option<Budget> = None;
     for limit in limits {
         let requests = u64::from(limit.requests_per_unit);
@@ -814,6 +816,11 @@ mod tests {
             panic!("gcra is limited");
         };
         assert_eq!(budget.burst, 30);
+        // Candidate (shadow) limits never deny: only the enforced one counts.
+        let Decision::Split { budget, .. } = decide("edge", &[("team", "t")]) else {
+            panic!("team is limited");
+        };
+        assert_eq!(budget.requests, 100);
         // share_threshold: every matching value shares one budget.
         let Decision::Split { id, .. } = decide("edge", &[("path", "/api/a")]) else {
             panic!("path is limited");
@@ -834,10 +841,11 @@ mod tests {
             Decision::Blanket { strategy, .. } => Some(strategy),
             Decision::Split { .. } => None,
         };
-        let cases: [(&str, (&str, &str), Strategy); 5] = [
+        let cases: [(&str, (&str, &str), Strategy); 6] = [
             ("edge", ("vip", "x"), Strategy::AllowAll),
             ("edge", ("banned", "x"), Strategy::DenyAll),
             ("edge", ("trial", "x"), Strategy::AllowAll),
+            ("edge", ("trial_team", "x"), Strategy::AllowAll),
             ("edge", ("nothing", "x"), Strategy::AllowAll),
             ("nowhere", ("user", "x"), Strategy::AllowAll),
         ];
@@ -882,10 +890,11 @@ mod tests {
             algorithm: Algorithm::SlidingWindow,
             burst: None,
             count_rejected: false,
+            shadow_mode: false,
         };
         use crate::descriptor::Unit;
         assert_eq!(
-            budget(&[limit(10, Unit::Second), limit(300, Unit::Minute)]),
+            budget(&[&limit(10, Unit::Second), &limit(300, Unit::Minute)]),
             Some(Budget {
                 requests: 300,
                 window_secs: 60,
@@ -893,7 +902,7 @@ mod tests {
             })
         );
         assert_eq!(
-            budget(&[limit(10, Unit::Second), limit(0, Unit::Minute)]),
+            budget(&[&limit(10, Unit::Second), &limit(0, Unit::Minute)]),
             None
         );
     }

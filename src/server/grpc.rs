@@ -12,6 +12,7 @@ use super::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRes
 use super::proto::envoy::r#type::v3::RateLimitUnit;
 use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit, UnknownOverrideUnit};
 use crate::limiter::{Code, LimitError, Limiter, Response, Status};
+use crate::otel::{CallSpan, RequestTracer};
 use crate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +22,38 @@ use tracing::{Span, field, instrument};
 #[derive(Debug, Clone)]
 pub(crate) struct RlsService {
     limiter: Arc<Limiter<StoreKind>>,
+    /// `TRACING_ENABLED`: spans of calls; `None` costs one branch a call.
+    tracer: Option<RequestTracer>,
 }
 
 impl RlsService {
     pub(crate) fn new(limiter: Arc<Limiter<StoreKind>>) -> Self {
-        Self { limiter }
+        Self {
+            limiter,
+            tracer: None,
+        }
+    }
+
+    /// Spans every call with `tracer`, when given.
+    pub(crate) fn with_tracer(mut self, tracer: Option<RequestTracer>) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    /// Starts the span of a call, joining the caller's trace.
+    fn start_span(&self, request: &tonic::Request<RateLimitRequest>) -> Option<CallSpan> {
+        let tracer = self.tracer.as_ref()?;
+        let store_span = match self.limiter.store() {
+            StoreKind::Memory(_) => "Memory Store Execution",
+            StoreKind::Redis { .. } => "Redis Pipeline Execution",
+        };
+        let headers = request.metadata();
+        Some(tracer.start_call(
+            |name| headers.get(name).and_then(|v| v.to_str().ok()),
+            &request.get_ref().domain,
+            request.get_ref().descriptors.len(),
+            store_span,
+        ))
     }
 }
 
@@ -47,26 +75,44 @@ impl RateLimitService for RlsService {
     ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
         let metrics = self.limiter.metrics();
         let _in_flight = metrics.start_request();
+        let span = self.start_span(&request);
         let deadline = request
             .metadata()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout)
             .map(store_deadline);
-        let request = request_from_proto(request.into_inner())
-            .inspect_err(|_| metrics.record_service_error())?;
-        match self
-            .limiter
-            .should_rate_limit_within(&request, deadline)
-            .await
-        {
+        let request = match request_from_proto(request.into_inner()) {
+            Ok(request) => request,
+            Err(err) => {
+                metrics.record_service_error();
+                let status = tonic::Status::from(err);
+                if let Some(span) = &span {
+                    span.end_error(status.code().into(), status.message());
+                }
+                return Err(status);
+            }
+        };
+        let decision = self.limiter.should_rate_limit_within(&request, deadline);
+        let decision = match &span {
+            Some(span) => span.run(decision).await,
+            None => decision.await,
+        };
+        match decision {
             Ok(response) => {
                 Span::current().record("rl.code", field::debug(response.overall_code));
-                Ok(tonic::Response::new(response_to_proto(response)))
+                if let Some(span) = &span {
+                    span.end_ok(code_name(response.overall_code));
+                }
+                Ok(tonic::Response::new(response_to_proto(response, &request)))
             }
             Err(err) => {
                 metrics.record_service_error();
-                Err(status_from_error(&err))
+                let status = status_from_error(&err);
+                if let Some(span) = &span {
+                    span.end_error(status.code().into(), status.message());
+                }
+                Err(status)
             }
         }
     }
@@ -196,6 +242,14 @@ const fn unit_to_proto(unit: Unit) -> rate_limit::Unit {
     }
 }
 
+/// A code's proto enum name, for span attributes.
+const fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::OverLimit => "OVER_LIMIT",
+    }
+}
+
 const fn code_to_proto(code: Code) -> rate_limit_response::Code {
     match code {
         Code::Ok => rate_limit_response::Code::Ok,
@@ -224,8 +278,12 @@ fn status_to_proto(status: Status) -> DescriptorStatus {
     }
 }
 
-/// Converts the domain response into the wire response.
-pub(crate) fn response_to_proto(response: Response) -> RateLimitResponse {
+/// Converts the domain response to `request` into the wire response.
+pub(crate) fn response_to_proto(response: Response, request: &Request) -> RateLimitResponse {
+    let dynamic_metadata = response
+        .dynamic_metadata
+        .as_deref()
+        .map(|passed| super::metadata::dynamic_metadata(request, passed));
     RateLimitResponse {
         overall_code: code_to_proto(response.overall_code).into(),
         statuses: response.statuses.into_iter().map(status_to_proto).collect(),
@@ -238,6 +296,7 @@ pub(crate) fn response_to_proto(response: Response) -> RateLimitResponse {
                 raw_value: Vec::new(),
             })
             .collect(),
+        dynamic_metadata,
         ..RateLimitResponse::default()
     }
 }
@@ -321,20 +380,30 @@ mod tests {
 
     #[test]
     fn response_fields_map_one_to_one() {
-        let proto = response_to_proto(Response {
-            overall_code: Code::OverLimit,
-            statuses: vec![Status {
-                code: Code::OverLimit,
-                current_limit: Some(CurrentLimit {
-                    name: Some("per_user".into()),
-                    requests_per_unit: 20,
-                    unit: Unit::Minute,
-                }),
-                limit_remaining: 0,
-                duration_until_reset: Some(Duration::from_secs(58)),
-            }],
-            response_headers: vec![("RateLimit-Limit".into(), "20".into())],
-        });
+        let request = Request {
+            domain: "d".into(),
+            descriptors: Vec::new(),
+            hits_addend: 0,
+        };
+        let proto = response_to_proto(
+            Response {
+                overall_code: Code::OverLimit,
+                statuses: vec![Status {
+                    code: Code::OverLimit,
+                    current_limit: Some(CurrentLimit {
+                        name: Some("per_user".into()),
+                        requests_per_unit: 20,
+                        unit: Unit::Minute,
+                    }),
+                    limit_remaining: 0,
+                    duration_until_reset: Some(Duration::from_secs(58)),
+                }],
+                response_headers: vec![("RateLimit-Limit".into(), "20".into())],
+                dynamic_metadata: None,
+            },
+            &request,
+        );
+        assert_eq!(proto.dynamic_metadata, None);
         assert_eq!(proto.overall_code, 2);
         let status = &proto.statuses[0];
         let limit = status.current_limit.as_ref().unwrap();

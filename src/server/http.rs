@@ -1,16 +1,22 @@
 //! The HTTP face (reference port 8080): `GET /healthcheck`, `POST /json`
-//! and `GET /rlconfig`.
+//! and `GET /rlconfig`; and the operator views `POST /explain`, `GET /top`
+//! and the live page `GET /`.
 //!
 //! Owns the proto3-JSON shapes of `RateLimitRequest`/`RateLimitResponse`
 //! (hand-written serde types, converted straight to and from the domain
 //! types) and the mapping of decisions to HTTP status codes. Knows the
 //! limiter and the health state, nothing of stores.
 
+mod explain;
 mod json;
+mod top;
+
+pub use explain::{ExplainError, explain_offline};
 pub(crate) mod rlqs;
 
 use super::health::Health;
 use crate::config::{Algorithm, Policy, ReloadStats, Rule};
+use crate::descriptor::Request;
 use crate::limiter::{Code, LimitError, Limiter, Response};
 use crate::store::StoreKind;
 use axum::Router;
@@ -45,6 +51,9 @@ pub(crate) fn router(
         .route("/json", post(json))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
+        .route("/explain", post(explain::explain))
+        .route("/top", get(top::top))
+        .route("/", get(top::page))
         // `/json` reads its body with its own bound, answered 400 like any
         // other bad request.
         .layer(DefaultBodyLimit::disable())
@@ -56,16 +65,51 @@ pub(crate) fn router(
         })
 }
 
+/// What the Prometheus listener needs: the mapping and `EXTRA_TAGS`.
+#[derive(Debug, Clone)]
+struct MappedState {
+    app: AppState,
+    mapper: Arc<crate::metrics::Mapper>,
+    tags: crate::metrics::statsd_names::Tags,
+}
+
 /// A router serving only the metrics, at `path` (`USE_PROMETHEUS` with
-/// `PROMETHEUS_ADDR` / `PROMETHEUS_PATH`).
+/// `PROMETHEUS_ADDR` / `PROMETHEUS_PATH`): the reference's stats through
+/// the statsd_exporter `mapper`, as the reference's Prometheus sink exports
+/// them, with the process metrics and the embedded store's gauges.
 pub(crate) fn metrics_router(
     health: Health,
     limiter: Arc<Limiter<StoreKind>>,
     reloads: Option<Arc<ReloadStats>>,
     path: &str,
+    mapper: Arc<crate::metrics::Mapper>,
+    tags: crate::metrics::statsd_names::Tags,
 ) -> Router {
     Router::new()
-        .route(path, get(metrics))
+        .route(path, get(mapped_metrics))
+        .with_state(MappedState {
+            app: AppState {
+                health,
+                limiter,
+                reloads,
+                max_body: 0,
+            },
+            mapper,
+            tags,
+        })
+}
+
+/// The debug listener's router (`DEBUG_HOST`/`DEBUG_PORT`): `/rlconfig`,
+/// which Envoy Gateway's `egctl x config ratelimit` reads there, and
+/// `/healthcheck`.
+pub(crate) fn debug_router(
+    health: Health,
+    limiter: Arc<Limiter<StoreKind>>,
+    reloads: Option<Arc<ReloadStats>>,
+) -> Router {
+    Router::new()
+        .route("/rlconfig", get(rlconfig))
+        .route("/healthcheck", get(healthcheck))
         .with_state(AppState {
             health,
             limiter,
@@ -74,12 +118,35 @@ pub(crate) fn metrics_router(
         })
 }
 
+/// `GET <PROMETHEUS_PATH>` on the Prometheus listener.
+async fn mapped_metrics(State(state): State<MappedState>) -> impl IntoResponse {
+    let limiter = &state.app.limiter;
+    let mut text = crate::metrics::mapped::render_mapped(
+        limiter.metrics(),
+        state.app.reloads.as_deref(),
+        &state.mapper,
+        &state.tags,
+    );
+    crate::metrics::process::render_process(&mut text);
+    if let Some(stats) = limiter.store().memory_stats() {
+        crate::metrics::render_memory_store(&mut text, &stats);
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
 /// `GET /metrics`: every metric in the Prometheus text format.
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut text = state.limiter.metrics().render(state.reloads.as_deref());
     if let Some(stats) = state.limiter.store().memory_stats() {
         crate::metrics::render_memory_store(&mut text, &stats);
     }
+    crate::metrics::process::render_process(&mut text);
     (
         [(
             header::CONTENT_TYPE,
@@ -126,20 +193,20 @@ async fn json(State(state): State<AppState>, body: Body) -> HttpResponse {
     if decision.is_err() {
         metrics.record_service_error();
     }
-    answer(decision)
+    answer(decision, &request)
 }
 
 /// The one mapping from a decision to an HTTP answer: 200 OK, 429
 /// OVER_LIMIT, 400 invalid request, 503 store failure (cause logged, not
 /// sent).
-fn answer(decision: Result<Response, LimitError>) -> HttpResponse {
+fn answer(decision: Result<Response, LimitError>, request: &Request) -> HttpResponse {
     match decision {
         Ok(response) => {
             let status = match response.overall_code {
                 Code::Ok => StatusCode::OK,
                 Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
             };
-            let body = JsonResponse::from(response);
+            let body = JsonResponse::answering(response, request);
             match serde_json::to_vec(&body) {
                 Ok(bytes) => {
                     (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()

@@ -12,6 +12,7 @@
 mod grpc;
 mod health;
 mod http;
+mod metadata;
 pub mod proto;
 mod tls;
 
@@ -21,6 +22,7 @@ use crate::limiter::Limiter;
 use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
+pub use http::{ExplainError, explain_offline};
 use proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
@@ -101,12 +103,30 @@ pub struct ServeOptions {
     /// Path of the metrics on the separate metrics listener
     /// (`PROMETHEUS_PATH`).
     pub metrics_path: String,
+    /// Stats export: the Prometheus listener's mapping, `EXTRA_TAGS`, the
+    /// statsd sink.
+    pub stats: StatsExport,
     /// Rules swapped in by an xDS client running beside the server: health
     /// follows each rule set it applies, and metrics report its load
     /// counters. `None` without xDS.
     pub rule_feed: Option<RuleFeed>,
     /// The Rate Limit Quota Service (RLQS) settings.
     pub rlqs: crate::rlqs::RlqsOptions,
+    /// `TRACING_ENABLED`: span every `ShouldRateLimit` call; `None` traces
+    /// nothing and reads no trace header.
+    pub tracer: Option<crate::otel::RequestTracer>,
+}
+
+/// How the reference's stats leave the process.
+#[derive(Debug, Clone, Default)]
+pub struct StatsExport {
+    /// statsd_exporter mapping of the Prometheus listener
+    /// (`PROMETHEUS_MAPPER_YAML`); `None` is the reference's built-in one.
+    pub mapper: Option<Arc<crate::metrics::Mapper>>,
+    /// `EXTRA_TAGS`, appended to every stat name.
+    pub extra_tags: crate::metrics::statsd_names::Tags,
+    /// The statsd sink (`USE_STATSD`), flushed by a background task.
+    pub statsd: Option<crate::metrics::statsd::StatsdOptions>,
 }
 
 impl Default for ServeOptions {
@@ -119,8 +139,10 @@ impl Default for ServeOptions {
             reload: None,
             tls: None,
             metrics_path: "/metrics".to_owned(),
+            stats: StatsExport::default(),
             rule_feed: None,
             rlqs: crate::rlqs::RlqsOptions::default(),
+            tracer: None,
         }
     }
 }
@@ -203,6 +225,22 @@ pub async fn serve(
     options: ServeOptions,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
+    serve_with_debug(limiter, listeners, None, options, shutdown).await
+}
+
+/// [`serve`], plus the debug listener (`DEBUG_HOST`/`DEBUG_PORT`:
+/// `/rlconfig` and `/healthcheck`) when `debug` is given.
+///
+/// # Errors
+///
+/// As [`serve`].
+pub async fn serve_with_debug(
+    limiter: Arc<Limiter<StoreKind>>,
+    listeners: Listeners,
+    debug: Option<TcpListener>,
+    options: ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
     // A child token: ending this server never cancels the caller's token.
     let shutdown = shutdown.child_token();
     let grpc_addr = listeners.grpc.local_addr().map_err(ServeError::LocalAddr)?;
@@ -275,8 +313,10 @@ pub async fn serve(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(
-            RateLimitServiceServer::new(grpc::RlsService::new(limiter.clone()))
-                .max_decoding_message_size(options.max_request_bytes),
+            RateLimitServiceServer::new(
+                grpc::RlsService::new(limiter.clone()).with_tracer(options.tracer.clone()),
+            )
+            .max_decoding_message_size(options.max_request_bytes),
         )
         .add_service(
             RateLimitQuotaServiceServer::new(crate::rlqs::RlqsService::new(
@@ -307,28 +347,39 @@ pub async fn serve(
         .as_ref()
         .map(|r| r.stats.clone())
         .or_else(|| options.rule_feed.as_ref().map(|feed| feed.stats().clone()));
+    if let Some(statsd) = &options.stats.statsd {
+        tracker.spawn(
+            crate::metrics::statsd::run(
+                limiter.metrics().clone(),
+                reloads.clone(),
+                statsd.clone(),
+                shutdown.clone(),
+            )
+            .instrument(info_span!("statsd")),
+        );
+    }
+    if let Some(listener) = debug {
+        let router = http::debug_router(health.clone(), limiter.clone(), reloads.clone());
+        if let Ok(addr) = listener.local_addr() {
+            info!(debug.addr = %addr, "debug listener");
+        }
+        spawn_listener(&tracker, listener, router, &draining, "debug");
+    }
     if let Some(listener) = listeners.metrics {
+        let mapper = options
+            .stats
+            .mapper
+            .clone()
+            .unwrap_or_else(|| Arc::new(crate::metrics::Mapper::reference_default(false)));
         let router = http::metrics_router(
             health.clone(),
             limiter.clone(),
             reloads.clone(),
             &options.metrics_path,
+            mapper,
+            options.stats.extra_tags.clone(),
         );
-        let stop = draining.clone().cancelled_owned();
-        tracker.spawn(
-            async move {
-                if let Err(err) = axum::serve(listener, router)
-                    .with_graceful_shutdown(stop)
-                    .await
-                {
-                    warn!(
-                        error = &err as &dyn std::error::Error,
-                        "metrics listener failed"
-                    );
-                }
-            }
-            .instrument(info_span!("metrics_listener")),
-        );
+        spawn_listener(&tracker, listener, router, &draining, "metrics");
     }
     let http = axum::serve(
         listeners.http,
@@ -359,6 +410,33 @@ pub async fn serve(
     tracker.wait().await;
     info!("shutdown complete");
     result
+}
+
+/// Serves an auxiliary listener (metrics, debug) on the tracker until
+/// `draining`; a failure is logged, and the main listeners keep serving.
+fn spawn_listener(
+    tracker: &TaskTracker,
+    listener: TcpListener,
+    router: axum::Router,
+    draining: &CancellationToken,
+    name: &'static str,
+) {
+    let stop = draining.clone().cancelled_owned();
+    tracker.spawn(
+        async move {
+            if let Err(err) = axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                warn!(
+                    error = &err as &dyn std::error::Error,
+                    listener = name,
+                    "listener failed"
+                );
+            }
+        }
+        .instrument(info_span!("side_listener", listener = name)),
+    );
 }
 
 /// Background work owned by the server: every loop ends on `shutdown`.

@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Name of the reset header [env: LIMIT_RESET_HEADER] [default: RateLimit-Reset]
     #[arg(long, value_name = "NAME")]
     pub limit_reset_header: Option<String>,
+    /// Return the metadata of matched rules in responses' dynamic_metadata [env: RESPONSE_DYNAMIC_METADATA]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub response_dynamic_metadata: Option<bool>,
     /// Count nothing for a request that is over the limit on any descriptor [env: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub stop_cache_key_increment_when_overlimit: Option<bool>,
@@ -128,15 +131,48 @@ pub struct ServeArgs {
     /// Most distinct per-rule metric series (runtime-valued stats keys) [env: METRICS_MAX_SERIES] [default: 10000]
     #[arg(long, value_name = "N")]
     pub metrics_max_series: Option<usize>,
+    /// Export OpenTelemetry spans of calls over OTLP [env: TRACING_ENABLED]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub tracing_enabled: Option<bool>,
+    /// OTLP transport [env: TRACING_EXPORTER_PROTOCOL] [default: http]
+    #[arg(long, value_enum)]
+    pub tracing_exporter_protocol: Option<TracingExporterProtocol>,
+    /// Collector URL, e.g. http://otel-collector:4318 [env: OTEL_EXPORTER_OTLP_ENDPOINT; OTEL_EXPORTER_OTLP_TRACES_ENDPOINT wins] [default: http://localhost:4318, grpc: http://localhost:4317]
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// Resource attribute service.name [env: TRACING_SERVICE_NAME] [default: RateLimit]
+    #[arg(long, value_name = "NAME")]
+    pub tracing_service_name: Option<String>,
+    /// Resource attribute service.namespace [env: TRACING_SERVICE_NAMESPACE]
+    #[arg(long, value_name = "NAME")]
+    pub tracing_service_namespace: Option<String>,
+    /// Resource attribute service.instance.id [env: TRACING_SERVICE_INSTANCE_ID] [default: a random UUID]
+    #[arg(long, value_name = "ID")]
+    pub tracing_service_instance_id: Option<String>,
+    /// Share of new traces sampled; a caller's sampling decision wins [env: TRACING_SAMPLING_RATE] [default: 1]
+    #[arg(long, value_name = "RATE")]
+    pub tracing_sampling_rate: Option<f64>,
     /// Redis and counting settings.
     #[command(flatten)]
     pub store_args: StoreArgs,
+    /// Stats sinks and the debug listener.
+    #[command(flatten)]
+    pub stats_args: StatsArgs,
     /// Rule source settings (files or xDS).
     #[command(flatten)]
     pub xds_args: XdsArgs,
     /// Rate Limit Quota Service settings.
     #[command(flatten)]
     pub rlqs_args: RlqsArgs,
+}
+
+/// OTLP transport of spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TracingExporterProtocol {
+    /// Protobuf over HTTP POST to `<endpoint>/v1/traces`.
+    Http,
+    /// gRPC `TraceService/Export`.
+    Grpc,
 }
 
 /// What to answer when the store fails.

@@ -6,12 +6,15 @@
 //! environment.
 
 mod flags;
+mod otlp;
 mod parse;
 mod redis;
+mod stats;
 #[cfg(test)]
 mod tests;
 mod xds;
 
+pub use flags::TracingExporterProtocol;
 pub use flags::{
     BackendType, LogFormat, OnStoreError, RedisType, RlqsArgs, RlqsUnmatched, ServeArgs, StoreArgs,
 };
@@ -21,6 +24,7 @@ use parse::{
 };
 pub use redis::RedisSettings;
 use redis::redis_config;
+pub use stats::{StatsArgs, StatsSettings};
 pub use xds::{ConfigType, XdsArgs};
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
@@ -77,12 +81,16 @@ pub struct Settings {
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
     pub metrics_max_series: usize,
+    /// Stats sinks (statsd, the Prometheus mapping) and the debug listener.
+    pub stats: StatsSettings,
     /// Rules from an xDS server (`CONFIG_TYPE=GRPC_XDS_SOTW`) instead of the
     /// rule directory; `None` for rule files.
     pub xds: Option<crate::config::xds::XdsOptions>,
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the
     /// first rules arrive instead of waiting for them.
     pub force_start_without_initial_config: bool,
+    /// `TRACING_ENABLED`: where and how spans are exported; `None` when off.
+    pub tracing: Option<crate::otel::TracingSettings>,
 }
 
 /// A setting that could not be understood.
@@ -97,6 +105,20 @@ pub enum SettingsError {
         value: String,
         /// What was expected.
         expected: &'static str,
+    },
+    /// Two settings that exclude each other are both on.
+    #[error("{reason}")]
+    Conflict {
+        /// Which, and what to do.
+        reason: &'static str,
+    },
+    /// A setting's value is refused.
+    #[error("{setting}: {reason}")]
+    Invalid {
+        /// The setting.
+        setting: String,
+        /// Why.
+        reason: String,
     },
     /// A setting is on but another one it depends on is missing.
     #[error("{setting} needs {needs}")]
@@ -301,6 +323,9 @@ impl Settings {
         } else {
             None
         };
+        let stats = stats::resolve(&args.stats_args, &get, metrics_addr.is_some())?;
+        // DISABLE_STATS: no sink at all, as in the reference.
+        let metrics_addr = metrics_addr.filter(|_| !stats.disabled);
         let near_limit_ratio = pick(
             args.near_limit_ratio,
             get("NEAR_LIMIT_RATIO"),
@@ -312,11 +337,13 @@ impl Settings {
 
         let global_shadow_mode = flag(args.shadow_mode, "SHADOW_MODE")?;
         Ok(Self {
+            stats,
             xds: xds::xds_options(&args.xds_args, &get)?,
             force_start_without_initial_config: flag(
                 args.xds_args.force_start_without_initial_config,
                 "FORCE_START_WITHOUT_INITIAL_CONFIG",
             )?,
+            tracing: otlp::tracing_settings(args, &get)?,
             metrics_addr,
             near_limit_ratio,
             metrics_max_series: number(
@@ -335,7 +362,7 @@ impl Settings {
             log_level: args
                 .log_level
                 .clone()
-                .or_else(|| get("LOG_LEVEL").map(str::to_ascii_lowercase))
+                .or_else(|| get("LOG_LEVEL").map(stats::log_filter))
                 .unwrap_or_else(|| "info".to_owned()),
             log_format,
             config_poll_interval: poll_interval,
@@ -358,6 +385,10 @@ impl Settings {
                     get("LOCAL_CACHE_SIZE_IN_BYTES"),
                     "LOCAL_CACHE_SIZE_IN_BYTES",
                     0,
+                )?,
+                dynamic_metadata: flag(
+                    args.response_dynamic_metadata,
+                    "RESPONSE_DYNAMIC_METADATA",
                 )?,
             },
             memory_store_max_bytes: number(

@@ -26,6 +26,19 @@ impl CounterId {
         Self(out)
     }
 
+    /// The identity of the counters of a rule's shadow (candidate) limit at
+    /// position `limit` of its limits: apart from the enforced ones, so a
+    /// candidate of the same window length never shares their counter.
+    /// Escaping only writes `%` before two hex digits, so `%s` can never
+    /// come out of any (domain, entries).
+    pub fn candidate(&self, limit: usize) -> Self {
+        let mut out = String::with_capacity(self.0.len() + 12);
+        out.push_str(&self.0);
+        // Infallible: writing to a String cannot fail.
+        let _ = write!(out, "|%shadow{limit}");
+        Self(out)
+    }
+
     /// The escaped text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -70,6 +83,19 @@ mod tests {
             "d%7Bx%7D|k%7C%3D=v%25%7B%7D"
         );
         assert_eq!(CounterId::new("d", []).as_str(), "d");
+    }
+
+    #[test]
+    fn candidates_have_counters_of_their_own() {
+        let id = CounterId::new("d", [("k", "v")]);
+        assert_eq!(id.candidate(1).as_str(), "d|k=v|%shadow1");
+        assert_ne!(id.candidate(1), id.candidate(2));
+        // No request can name the candidate's counter.
+        assert_ne!(
+            id.candidate(1),
+            CounterId::new("d", [("k", "v"), ("%shadow1", "")])
+        );
+        assert_ne!(id.candidate(1), CounterId::new("d", [("k", "v|%shadow1")]));
     }
 
     #[test]

@@ -178,6 +178,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         batch: Batch,
         now: UnixMillis,
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
+
+    /// What every operation of `batch` would answer if executed at `now`,
+    /// without changing any counter (for `/explain`). The answers are those
+    /// of operations run one by one (`stop_when_over` is not applied).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be reached.
+    fn peek(
+        &self,
+        batch: &Batch,
+        now: UnixMillis,
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
 }
 
 /// The stores floodgate can run on, as one concrete type so the hot path
@@ -255,19 +268,35 @@ impl Store for StoreKind {
             Self::Redis {
                 main,
                 per_second: Some(second),
-            } => split_per_second(main, second, batch, now).await,
+            } => split_per_second(main, second, batch, now, false).await,
+        }
+    }
+
+    async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
+        match self {
+            Self::Memory(store) => Ok(store.peek(batch, now)),
+            Self::Redis {
+                main,
+                per_second: None,
+            } => main.peek(batch, now).await,
+            Self::Redis {
+                main,
+                per_second: Some(second),
+            } => split_per_second(main, second, batch.clone(), now, true).await,
         }
     }
 }
 
 /// Sends one-second windows to `second` and the rest to `main`, both at
 /// once, and puts the outcomes back in request order. With
-/// `stop_when_over`, each Redis refuses its own part as a whole.
+/// `stop_when_over`, each Redis refuses its own part as a whole. With
+/// `peek`, both are only read ([`Store::peek`]).
 async fn split_per_second(
     main: &RedisStore,
     second: &RedisStore,
     batch: Batch,
     now: UnixMillis,
+    peek: bool,
 ) -> Result<Vec<Outcome>, StoreError> {
     let is_second =
         |op: &Op| matches!(op.spec, Spec::FixedWindow { window, .. } if window.window_secs() == 1);
@@ -277,18 +306,16 @@ async fn split_per_second(
     let run = |store: &RedisStore, ops: Vec<Op>| {
         let store = store.clone();
         async move {
-            if ops.is_empty() {
+            let batch = Batch {
+                ops,
+                stop_when_over,
+            };
+            if batch.is_empty() {
                 Ok(Vec::new())
+            } else if peek {
+                store.peek(&batch, now).await
             } else {
-                store
-                    .execute(
-                        Batch {
-                            ops,
-                            stop_when_over,
-                        },
-                        now,
-                    )
-                    .await
+                store.execute(batch, now).await
             }
         }
     };

@@ -299,7 +299,7 @@ const RSS_BOUND_KIB: u64 = 120 * 1024;
 
 /// A `floodgate serve` process on free ports, stopped (SIGTERM, then
 /// checked) by [`Floodgate::stop`] or killed when dropped.
-struct Floodgate {
+pub(crate) struct Floodgate {
     child: std::process::Child,
     grpc_port: u16,
     metrics: SocketAddr,
@@ -307,7 +307,7 @@ struct Floodgate {
 }
 
 impl Floodgate {
-    async fn start(env: &[(&str, String)]) -> Self {
+    pub(crate) async fn start(env: &[(&str, String)]) -> Self {
         let rules = tempfile::tempdir().unwrap();
         std::fs::write(rules.path().join("edge.yaml"), RULES).unwrap();
         let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
@@ -348,7 +348,7 @@ impl Floodgate {
         }
     }
 
-    async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
+    pub(crate) async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
         RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc_port))
             .await
             .unwrap()
@@ -359,7 +359,7 @@ impl Floodgate {
     }
 
     /// SIGTERM, and the process must exit within 20 s.
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let pid = self.child.id().to_string();
         let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(status.success());

@@ -692,7 +692,7 @@ async fn cluster_reloads_flushed_scripts_on_every_node() {
 
 /// Writes a CA, a server certificate for `localhost` and a client
 /// certificate as PEM files into a new directory.
-fn redis_pki() -> tempfile::TempDir {
+pub(crate) fn redis_pki() -> tempfile::TempDir {
     use crate::support::tls::{Ca, write};
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("redis test ca");

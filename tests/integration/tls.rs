@@ -22,7 +22,7 @@ fn tls_files(dir: &Path, server: &Pem, client_ca: Option<&Ca>, san: Option<&str>
     }
 }
 
-async fn start(tls: TlsOptions) -> TestServer {
+pub(crate) async fn start(tls: TlsOptions) -> TestServer {
     TestServer::start_with(
         index(&[("edge.yaml", RULES)]),
         StoreKind::Memory(MemoryStore::new()),

@@ -50,15 +50,30 @@ impl Envoy {
     /// waits until its admin endpoint reports ready. Retries on a port
     /// collision; panics with Envoy's log if it never gets ready.
     pub async fn start(rls_port: u16) -> Self {
-        Self::start_from("envoy.yaml", rls_port, &[]).await
+        Self::start_edited(rls_port, |config| config).await
+    }
+
+    /// Like [`Envoy::start`], with the template (ports filled in) passed
+    /// through `edit` first, e.g. to add tracing.
+    pub async fn start_edited(rls_port: u16, edit: impl Fn(String) -> String) -> Self {
+        Self::launch("envoy.yaml", rls_port, &[], &edit).await
     }
 
     /// Like [`Envoy::start`], from the template `e2e/<template>` with the
     /// extra `${NAME}` substitutions of `vars`.
     pub async fn start_from(template: &str, rls_port: u16, vars: &[(&str, &str)]) -> Self {
+        Self::launch(template, rls_port, vars, &|config| config).await
+    }
+
+    async fn launch(
+        template: &str,
+        rls_port: u16,
+        vars: &[(&str, &str)],
+        edit: &impl Fn(String) -> String,
+    ) -> Self {
         let mut last_log = String::new();
         for _ in 0..3 {
-            match Self::spawn(template, rls_port, vars).await {
+            match Self::spawn(template, rls_port, vars, edit).await {
                 Ok(envoy) => return envoy,
                 Err(log) => last_log = log,
             }
@@ -70,6 +85,7 @@ impl Envoy {
         template_name: &str,
         rls_port: u16,
         vars: &[(&str, &str)],
+        edit: &impl Fn(String) -> String,
     ) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
         let (listen, upstream, admin) = (free_port(), free_port(), free_port());
@@ -77,12 +93,16 @@ impl Envoy {
             .replace("${LISTEN_PORT}", &listen.to_string())
             .replace("${UPSTREAM_PORT}", &upstream.to_string())
             .replace("${ADMIN_PORT}", &admin.to_string())
-            .replace("${RLS_PORT}", &rls_port.to_string());
+            .replace("${RLS_PORT}", &rls_port.to_string())
+            .replace(
+                "${ACCESS_LOG}",
+                &dir.path().join("access.log").display().to_string(),
+            );
         for (name, value) in vars {
             config = config.replace(&format!("${{{name}}}"), value);
         }
         let config_path = dir.path().join("envoy.yaml");
-        std::fs::write(&config_path, config).unwrap();
+        std::fs::write(&config_path, edit(config)).unwrap();
         let log = std::fs::File::create(dir.path().join("envoy.log")).unwrap();
         // --disable-hot-restart: no shared memory, so parallel tests never
         // clash over a base id.
@@ -137,6 +157,13 @@ impl Envoy {
     /// Everything Envoy has logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
+    }
+
+    /// Envoy's access log of the rate-limited listener so far: one line per
+    /// request, `<status> <x-user-id> <rate-limit dynamic metadata as JSON>`
+    /// (flushed by Envoy about once a second).
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
     }
 
     /// `GET path` on the rate-limited listener with `headers`.

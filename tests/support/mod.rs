@@ -5,6 +5,7 @@
 pub mod envoy;
 pub mod grpc;
 pub mod http;
+pub mod otlp;
 pub mod redis;
 pub mod rlqs;
 pub mod tls;

@@ -49,7 +49,18 @@ pub(super) fn check_rate_limits(
             _ => ok = false,
         }
     }
-    if ok && limits.iter().any(|l| l.algorithm != limits[0].algorithm) {
+    // Shadow limits (candidates) are decided alone on counters of their
+    // own, so only the enforced ones must share an algorithm and differ in
+    // window length.
+    let enforced: Vec<(usize, &Limit)> = limits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.shadow_mode)
+        .collect();
+    if ok
+        && let Some((_, first)) = enforced.first()
+        && enforced.iter().any(|(_, l)| l.algorithm != first.algorithm)
+    {
         check.issue(
             &here,
             "all rate_limits of a descriptor must use the same algorithm",
@@ -59,11 +70,12 @@ pub(super) fn check_rate_limits(
     if ok {
         // Two limits of one window length would share one counter (its key
         // is the window) and count every hit twice.
-        for (j, limit) in limits.iter().enumerate() {
-            let first = limits
+        for (n, &(j, limit)) in enforced.iter().enumerate() {
+            let first = enforced
                 .iter()
-                .position(|other| other.window_secs() == limit.window_secs());
-            if let Some(i) = first.filter(|&i| i < j) {
+                .take(n)
+                .find(|(_, other)| other.window_secs() == limit.window_secs());
+            if let Some(&(i, _)) = first {
                 check.issue(
                     &place.render(&format!(".rate_limits[{j}]")),
                     format!(
@@ -75,6 +87,9 @@ pub(super) fn check_rate_limits(
             }
         }
     }
+    // Enforced limits first: the limiter decides them as one group and the
+    // candidates after them, one by one.
+    limits.sort_by_key(|l| l.shadow_mode);
     ok.then_some((Policy::Limited(limits), replaces))
 }
 
@@ -176,6 +191,9 @@ pub(super) fn check_rate_limit(
             );
         }
     }
+    if unlimited && rate_limit.shadow_mode == Some(true) {
+        check.issue(&here, "shadow_mode cannot be set on an unlimited limit");
+    }
     if check.issues.len() != before {
         return None;
     }
@@ -190,6 +208,7 @@ pub(super) fn check_rate_limit(
             algorithm: algorithm?,
             burst: rate_limit.burst,
             count_rejected: rate_limit.count_rejected.unwrap_or(false),
+            shadow_mode: rate_limit.shadow_mode.unwrap_or(false),
         }])
     };
     Some((policy, replaces))

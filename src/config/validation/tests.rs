@@ -396,3 +396,54 @@ fn other_valid_fixtures_load() {
     assert!(index.has_domain("rl"));
     assert!(index.summaries().len() >= 2);
 }
+
+#[test]
+fn candidate_limits_may_share_a_window_or_differ_in_algorithm_and_come_last() {
+    let index = load_sources(
+        &[source(
+            "t.yaml",
+            "domain: d
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: minute, requests_per_unit: 10, shadow_mode: true}
+      - {unit: minute, requests_per_unit: 100}
+      - {unit: minute, requests_per_unit: 5, algorithm: gcra, shadow_mode: true}
+",
+        )],
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let rule = index.rules().next().unwrap();
+    let Policy::Limited(limits) = &rule.policy else {
+        panic!("limited");
+    };
+    let order: Vec<(u32, bool)> = limits
+        .iter()
+        .map(|l| (l.requests_per_unit, l.shadow_mode))
+        .collect();
+    assert_eq!(order, [(100, false), (10, true), (5, true)]);
+    // Two enforced limits of one window still share a counter.
+    assert!(
+        errors_of(
+            "domain: d
+descriptors:
+  - key: k
+    rate_limits:
+      - {unit: minute, requests_per_unit: 10}
+      - {unit: minute, requests_per_unit: 100}
+"
+        )
+        .contains("has the same window (60 s) as rate_limits[0]")
+    );
+    assert_eq!(
+        errors_of(
+            "domain: d
+descriptors:
+  - key: k
+    rate_limit: {unlimited: true, shadow_mode: true}
+"
+        ),
+        "t.yaml: descriptors[0] (key=k): shadow_mode cannot be set on an unlimited limit"
+    );
+}

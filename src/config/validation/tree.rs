@@ -140,7 +140,11 @@ pub(super) fn add_descriptors(
             replaces,
             shadow_mode: descriptor.shadow_mode.unwrap_or(false),
             quota_mode: descriptor.quota_mode.unwrap_or(false),
-            metadata: descriptor.metadata.clone(),
+            metadata: descriptor
+                .metadata
+                .as_ref()
+                .filter(|meta| !meta.is_empty())
+                .map(|meta| Arc::new(meta.clone())),
             domain: check.domain.to_owned(),
             detailed_metric: descriptor.detailed_metric.unwrap_or(false),
             value_to_metric: descriptor.value_to_metric.unwrap_or(false),

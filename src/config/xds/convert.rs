@@ -180,6 +180,9 @@ fn rate_limit(policy: rls_conf::RateLimitPolicy) -> model::RateLimit {
         algorithm: None,
         burst: None,
         count_rejected: None,
+        // Candidate limits are a rule-file extension; the xDS resource
+        // carries shadow mode per descriptor only.
+        shadow_mode: None,
     }
 }
 

@@ -198,6 +198,9 @@ pub(super) struct JsonResponse {
     statuses: Vec<JsonStatus>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     response_headers_to_add: Vec<JsonHeader>,
+    /// `RESPONSE_DYNAMIC_METADATA`: the Struct as a plain JSON object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dynamic_metadata: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -263,9 +266,50 @@ impl From<Status> for JsonStatus {
     }
 }
 
+impl JsonResponse {
+    /// The answer to `request`, with its dynamic metadata when the limiter
+    /// gave some (`RESPONSE_DYNAMIC_METADATA`).
+    pub(super) fn answering(mut response: Response, request: &Request) -> Self {
+        let dynamic_metadata = response.dynamic_metadata.take().map(|passed| {
+            struct_to_json(super::super::metadata::dynamic_metadata(request, &passed))
+        });
+        Self {
+            dynamic_metadata,
+            ..Self::from(response)
+        }
+    }
+}
+
+/// A `google.protobuf.Struct` in proto3 JSON: a plain object.
+fn struct_to_json(value: prost_types::Struct) -> serde_json::Value {
+    serde_json::Value::Object(
+        value
+            .fields
+            .into_iter()
+            .map(|(k, v)| (k, value_to_json(v)))
+            .collect(),
+    )
+}
+
+fn value_to_json(value: prost_types::Value) -> serde_json::Value {
+    use prost_types::value::Kind;
+    match value.kind {
+        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
+        Some(Kind::BoolValue(b)) => serde_json::Value::Bool(b),
+        Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(n)
+            .map_or(serde_json::Value::Null, serde_json::Value::Number),
+        Some(Kind::StringValue(s)) => serde_json::Value::String(s),
+        Some(Kind::ListValue(list)) => {
+            serde_json::Value::Array(list.values.into_iter().map(value_to_json).collect())
+        }
+        Some(Kind::StructValue(s)) => struct_to_json(s),
+    }
+}
+
 impl From<Response> for JsonResponse {
     fn from(response: Response) -> Self {
         Self {
+            dynamic_metadata: None,
             overall_code: code_name(response.overall_code),
             statuses: response
                 .statuses

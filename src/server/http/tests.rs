@@ -104,6 +104,7 @@ fn response_is_proto3_json_with_defaults_omitted() {
             },
         ],
         response_headers: vec![("RateLimit-Limit".into(), "20".into())],
+        dynamic_metadata: None,
     };
     let json = serde_json::to_string(&JsonResponse::from(response)).unwrap();
     assert_eq!(
@@ -118,19 +119,27 @@ fn decisions_map_to_http_status_codes() {
         overall_code: Code::Ok,
         statuses: Vec::new(),
         response_headers: Vec::new(),
+        dynamic_metadata: None,
     };
     let over = Response {
         overall_code: Code::OverLimit,
         ..ok.clone()
     };
-    assert_eq!(answer(Ok(ok)).status(), StatusCode::OK);
-    assert_eq!(answer(Ok(over)).status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(answer(Ok(ok), &Request::default()).status(), StatusCode::OK);
     assert_eq!(
-        answer(Err(LimitError::EmptyDomain)).status(),
+        answer(Ok(over), &Request::default()).status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        answer(Err(LimitError::EmptyDomain), &Request::default()).status(),
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        answer(Err(LimitError::Store(crate::store::StoreError::Timeout))).status(),
+        answer(
+            Err(LimitError::Store(crate::store::StoreError::Timeout)),
+            &Request::default()
+        )
+        .status(),
         StatusCode::SERVICE_UNAVAILABLE
     );
 }

@@ -157,15 +157,7 @@ impl Entry {
             // matches; answer "nothing known" rather than panic.
             (spec, state) => {
                 *state = State::new(spec);
-                Outcome {
-                    over_limit: false,
-                    remaining: 0,
-                    reset: std::time::Duration::ZERO,
-                    counted: false,
-                    before: 0,
-                    after: 0,
-                    limit_index: 0,
-                }
+                Outcome::NOTHING
             }
         }
     }

@@ -204,6 +204,34 @@ impl MemoryStore {
         outcome
     }
 
+    /// What every operation of `batch` would answer at `now`, changing
+    /// nothing: each runs on a copy of its counter (a fresh one when absent),
+    /// and the least-recently-used order is left as it is.
+    pub fn peek(&self, batch: &Batch, now: UnixMillis) -> Vec<Outcome> {
+        batch
+            .ops
+            .iter()
+            .map(|op| {
+                let key = EntryKey {
+                    id: op.id.clone(),
+                    kind: CounterKind::of(&op.spec, now),
+                };
+                let mut copy = self
+                    .shard(&key)
+                    .lock()
+                    .map
+                    .peek(&key)
+                    .cloned()
+                    .unwrap_or_else(|| Entry {
+                        state: State::new(&op.spec),
+                        expires_at: now,
+                        bytes: 0,
+                    });
+                copy.apply(&op.spec, op.hits, now, false)
+            })
+            .collect()
+    }
+
     /// Undoes a counted operation of a batch that is being refused.
     fn take_back(&self, op: &Op, now: UnixMillis) {
         let key = EntryKey {
@@ -294,5 +322,9 @@ impl MemoryStore {
 impl Store for MemoryStore {
     async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
         Ok(self.apply(batch, now))
+    }
+
+    async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
+        Ok(Self::peek(self, batch, now))
     }
 }

@@ -17,6 +17,7 @@ mod config;
 mod connection;
 mod execute;
 mod keys;
+mod peek;
 mod rlqs;
 mod scripts;
 
@@ -254,6 +255,10 @@ impl Store for RedisStore {
             Ok(result) => result.map_err(StoreError::from),
             Err(_) => Err(StoreError::Timeout),
         }
+    }
+
+    async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
+        self.peek_batch(batch, now).await
     }
 }
 

@@ -28,6 +28,58 @@ pub(crate) static TAKE_BACK: LazyLock<Script> =
 pub(crate) static TAKE_BACK_LOG: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/take_back_log.lua")));
 
+/// The read-only twin of the four algorithm scripts, for `/explain`: their
+/// own source with every `redis.call` going through [`PEEK_CALL`], which
+/// reads as they do but writes nothing, so each replies what it would reply
+/// if it ran now. `ARGV[1]` is the algorithm's number (as in the batch
+/// script), then the algorithm's own ARGV.
+pub(crate) static PEEK: LazyLock<Script> = LazyLock::new(|| {
+    let function = |name: &str, body: &str| {
+        format!(
+            "local function {name}(KEYS, ARGV)\n{}\nend\n",
+            body.replace("redis.call(", "peek_call(")
+        )
+    };
+    let source = [
+        PEEK_CALL.to_owned(),
+        function("fixed_window", include_str!("scripts/fixed_window.lua")),
+        function("sliding_window", include_str!("scripts/sliding_window.lua")),
+        function("sliding_log", include_str!("scripts/sliding_log.lua")),
+        function("gcra", include_str!("scripts/gcra.lua")),
+        PEEK_DISPATCH.to_owned(),
+    ]
+    .concat();
+    Script::new(&source)
+});
+
+/// `redis.call` for the peek script: reads pass through; `INCRBY` answers
+/// the count it would reach without writing it; every other write the
+/// scripts make (expiries, trimming, log entries, TATs) does nothing. (The
+/// scripts read a log only from each window's start, after anything the
+/// trim would remove.)
+const PEEK_CALL: &str = r"
+local function peek_call(command, key, ...)
+  if command == 'INCRBY' then
+    return tonumber(redis.call('GET', key) or '0') + tonumber((...))
+  end
+  if command == 'EXPIRE' or command == 'PEXPIRE' or command == 'SET'
+      or command == 'ZADD' or command == 'ZREMRANGEBYSCORE' then
+    return 0
+  end
+  return redis.call(command, key, ...)
+end
+";
+
+/// The peek script's call of one algorithm.
+const PEEK_DISPATCH: &str = r"
+local algorithms = {fixed_window, sliding_window, sliding_log, gcra}
+local args = {}
+for j = 2, #ARGV do
+  args[j - 1] = ARGV[j]
+end
+return algorithms[tonumber(ARGV[1])]({KEYS[1]}, args)
+";
+
 /// `scripts/batch.lua` with the four algorithm scripts inserted as
 /// functions: every operation of a request in one call.
 pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
@@ -68,7 +120,7 @@ return replies
 ";
 
 /// Every script, for loading them all after a NOSCRIPT reply.
-pub(crate) fn all() -> [&'static Script; 7] {
+pub(crate) fn all() -> [&'static Script; 8] {
     [
         &FIXED_WINDOW,
         &SLIDING_WINDOW,
@@ -77,5 +129,6 @@ pub(crate) fn all() -> [&'static Script; 7] {
         &TAKE_BACK,
         &TAKE_BACK_LOG,
         &BATCH,
+        &PEEK,
     ]
 }

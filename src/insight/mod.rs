@@ -1,0 +1,13 @@
+//! Operator views that never count: the per-domain heavy hitters behind
+//! `GET /top` and the live page. (`/explain` is computed by the limiter,
+//! [`crate::limiter::Limiter::explain`], which owns the decision it
+//! mirrors.)
+//!
+//! Owns: bounded summaries of descriptors by hits and by over-limit answers.
+//! Must not touch: counters, stores, rules or the wire format.
+
+pub mod summary;
+pub mod top;
+
+pub use summary::SpaceSaving;
+pub use top::{By, TopItem, TopRecorder, Window};

@@ -1,0 +1,332 @@
+//! `/explain`: why a request gets its answer, computed the way the decision
+//! is (the same matching, `replaces`, plan, local cache and pick), from the
+//! store's current counters read without changing them
+//! ([`Store::peek`](crate::store::Store::peek)). Nothing is counted: no
+//! counter, no metric, no top list.
+
+use super::Limiter;
+use super::error::LimitError;
+use super::pick::{Overall, pick};
+use super::plan::{Pending, Plan, apply_replaces, counter_id, is_candidate, single_spec, specs};
+use super::response::{Code, Status};
+use crate::config::{Limit, Lookup, Policy, StepMatch};
+use crate::descriptor::Request;
+use crate::store::{Batch, Op, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The explanation of a whole request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explanation {
+    /// The overall code the request would get now.
+    pub overall_code: Code,
+    /// One per request descriptor, in request order.
+    pub descriptors: Vec<Explained>,
+}
+
+/// How one request entry was matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The entry's key.
+    pub key: String,
+    /// The entry's value.
+    pub value: String,
+    /// How the matcher chose a node for it.
+    pub matched: StepMatch,
+}
+
+/// What decided a descriptor's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A rule's limit decides (the status says whether it is over).
+    Limited,
+    /// No rule file declares the domain.
+    UnknownDomain,
+    /// Nothing matched, or the node matched has no limit.
+    NoRule,
+    /// Another descriptor's rule of the same request `replaces` every limit
+    /// of this one.
+    Replaced {
+        /// The rule (as `/rlconfig` names it) that replaces it.
+        by: String,
+    },
+    /// The rule is `unlimited: true`.
+    Unlimited,
+    /// The request's own `RateLimitOverride` decides.
+    Override,
+    /// A limit is over, but shadow mode (of the rule, or of a candidate
+    /// limit) lets the descriptor pass.
+    Shadow,
+    /// Answered over limit from the local over-limit cache.
+    Cached,
+}
+
+/// One limit of a descriptor's rule, as its counters stand now (before this
+/// request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowState {
+    /// The limit.
+    pub limit: Limit,
+    /// Hits counted in its window now (GCRA: burst in use).
+    pub count: u64,
+    /// Hits it still admits now.
+    pub remaining: u64,
+    /// Whether it is over its limit now.
+    pub over_limit: bool,
+    /// When it resets (within) or admits again (over).
+    pub reset: Duration,
+}
+
+/// The explanation of one descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explained {
+    /// One per request entry: the matcher's walk.
+    pub steps: Vec<Step>,
+    /// The rule matched, as `/rlconfig` names it (`domain.key_value…`).
+    pub rule: Option<String>,
+    /// What decided the answer.
+    pub verdict: Verdict,
+    /// The status the same request would get now.
+    pub status: Status,
+    /// Each limit of the rule (or the override) as it stands now.
+    pub windows: Vec<WindowState>,
+}
+
+/// Where each answer of the peek batch goes.
+#[derive(Debug, Clone, Copy)]
+enum Read {
+    /// A decision operation: index into the slots.
+    Slot(usize),
+    /// The state of limit `limit` of descriptor `plan`.
+    Window { plan: usize, limit: usize },
+}
+
+impl<S: Store> Limiter<S> {
+    /// Explains `request` without counting anything: per descriptor the
+    /// matcher's walk, the rule, what decided, the status it would get now
+    /// and the state of each of its limits.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError`] for an invalid request (as
+    /// [`Limiter::should_rate_limit`]) or when the store cannot be read.
+    pub async fn explain(&self, request: &Request) -> Result<Explanation, LimitError> {
+        self.options.bounds.check(request)?;
+        let index = self.rules.load_full();
+        let now = self.clock.now();
+        let domain = request.domain.as_str();
+        let known = index.has_domain(domain);
+        let walks: Vec<_> = request
+            .descriptors
+            .iter()
+            .map(|d| index.walk(domain, &d.entries))
+            .collect();
+        // `plan` counts unknown domains in the metrics; explain counts
+        // nothing, so it never asks for one.
+        let mut plans: Vec<Plan<'_>> = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                if known {
+                    self.plan(&index, domain, d)
+                } else {
+                    Plan::NoLimit
+                }
+            })
+            .collect();
+        let names: Vec<Vec<Arc<str>>> = plans
+            .iter()
+            .map(|plan| match plan {
+                Plan::Limited { limits, .. } => {
+                    limits.iter().filter_map(|l| l.name.clone()).collect()
+                }
+                _ => Vec::new(),
+            })
+            .collect();
+        apply_replaces(&mut plans);
+
+        let request_hits = u64::from(request.hits_addend.max(1));
+        let mut slots: Vec<Pending> = Vec::new();
+        let mut reads: Vec<Read> = Vec::new();
+        let mut batch = Batch::with_capacity(plans.len(), false);
+        for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
+            let Plan::Limited { limits, shared, .. } = plan else {
+                continue;
+            };
+            let id = counter_id(domain, descriptor, shared);
+            let hits = descriptor.hits_addend.unwrap_or(request_hits);
+            let id_of = |base: usize| {
+                if is_candidate(limits, base) {
+                    id.candidate(base)
+                } else {
+                    id.clone()
+                }
+            };
+            for (spec, base) in specs(limits) {
+                let op_id = id_of(base);
+                let cached = self
+                    .local_cache
+                    .as_ref()
+                    .and_then(|c| c.get(&op_id, spec, now));
+                if cached.is_none() {
+                    reads.push(Read::Slot(slots.len()));
+                    batch.ops.push(Op {
+                        id: op_id,
+                        spec,
+                        hits,
+                    });
+                }
+                slots.push(Pending {
+                    plan: i,
+                    base,
+                    outcome: cached,
+                    cached: cached.is_some(),
+                    hits,
+                });
+            }
+            for (at, limit) in limits.iter().enumerate() {
+                reads.push(Read::Window { plan: i, limit: at });
+                batch.ops.push(Op {
+                    id: id_of(at),
+                    spec: single_spec(limit),
+                    hits: 0,
+                });
+            }
+        }
+        let mut windows: Vec<Vec<WindowState>> = vec![Vec::new(); plans.len()];
+        if !batch.is_empty() {
+            let outcomes = self.store.peek(&batch, now).await?;
+            for (read, outcome) in reads.iter().zip(outcomes) {
+                match *read {
+                    Read::Slot(s) => {
+                        if let Some(slot) = slots.get_mut(s) {
+                            slot.outcome = Some(outcome);
+                        }
+                    }
+                    Read::Window { plan, limit } => {
+                        let Some(Plan::Limited { limits, .. }) = plans.get(plan) else {
+                            continue;
+                        };
+                        let Some(limit) = limits.get(limit) else {
+                            continue;
+                        };
+                        let count = match limit.algorithm {
+                            crate::config::Algorithm::Gcra => {
+                                u64::from(limit.burst.unwrap_or(limit.requests_per_unit))
+                                    .saturating_sub(outcome.remaining)
+                            }
+                            _ => outcome.before,
+                        };
+                        if let Some(list) = windows.get_mut(plan) {
+                            list.push(WindowState {
+                                limit: limit.clone(),
+                                count,
+                                remaining: outcome.remaining,
+                                over_limit: outcome.over_limit,
+                                reset: outcome.reset,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+
+        let mut overall = Overall::default();
+        let mut slots = slots.iter().peekable();
+        let mut descriptors = Vec::with_capacity(plans.len());
+        for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
+            let walk = walks.get(i);
+            let rule = walk.and_then(|w| match &w.lookup {
+                Lookup::Matched(m) => Some(m.rule),
+                _ => None,
+            });
+            let steps = descriptor
+                .entries
+                .iter()
+                .zip(walk.map(|w| w.steps.as_slice()).unwrap_or_default())
+                .map(|(entry, matched)| Step {
+                    key: entry.key.clone(),
+                    value: entry.value.clone(),
+                    matched: matched.clone(),
+                })
+                .collect();
+            let (verdict, status) = match plan {
+                _ if !known => (Verdict::UnknownDomain, Status::NO_LIMIT),
+                Plan::Unlimited => (Verdict::Unlimited, Status::UNLIMITED),
+                Plan::NoLimit => {
+                    let replaced_by = (!names.get(i).is_none_or(Vec::is_empty))
+                        .then(|| replacer(&walks, i, names.get(i)))
+                        .flatten();
+                    match replaced_by {
+                        Some(by) => (Verdict::Replaced { by }, Status::NO_LIMIT),
+                        None => (Verdict::NoRule, Status::NO_LIMIT),
+                    }
+                }
+                Plan::Limited {
+                    limits,
+                    shadow_mode,
+                    quota_mode,
+                    ..
+                } => {
+                    let picked = pick(
+                        limits,
+                        std::iter::from_fn(|| slots.next_if(|s| s.plan == i)),
+                    );
+                    let status = picked.status(limits, *shadow_mode);
+                    overall.add(&status, *quota_mode);
+                    let shadowed = status.code == Code::Ok
+                        && ((picked.outcome.over_limit && picked.is_shadow(*shadow_mode))
+                            || picked.shadow_denied > 0);
+                    let verdict = if descriptor.limit.is_some() {
+                        Verdict::Override
+                    } else if picked.cached {
+                        Verdict::Cached
+                    } else if shadowed {
+                        Verdict::Shadow
+                    } else {
+                        Verdict::Limited
+                    };
+                    (verdict, status)
+                }
+            };
+            descriptors.push(Explained {
+                steps,
+                rule: match plan {
+                    Plan::Limited { .. } if descriptor.limit.is_some() => None,
+                    _ => rule.map(|r| r.full_key.clone()),
+                },
+                verdict,
+                status,
+                windows: std::mem::take(windows.get_mut(i).unwrap_or(&mut Vec::new())),
+            });
+        }
+        let overall_code = if overall.is_over() && !self.options.global_shadow_mode {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        Ok(Explanation {
+            overall_code,
+            descriptors,
+        })
+    }
+}
+
+/// The rule of another descriptor of the request whose `replaces` names one
+/// of `names` (the limits descriptor `i` had before `replaces`).
+fn replacer(
+    walks: &[crate::config::Walk<'_>],
+    i: usize,
+    names: Option<&Vec<Arc<str>>>,
+) -> Option<String> {
+    let names = names?;
+    walks.iter().enumerate().find_map(|(j, walk)| {
+        let Lookup::Matched(m) = &walk.lookup else {
+            return None;
+        };
+        let replaces = j != i
+            && matches!(m.rule.policy, Policy::Limited(_))
+            && m.rule.replaces.iter().any(|r| names.contains(r));
+        replaces.then(|| m.rule.full_key.clone())
+    })
+}

@@ -1,0 +1,219 @@
+//! `POST /explain` and `floodgate explain`: the body of `POST /json` in, why
+//! each descriptor gets its answer out (the matcher's walk, the rule, what
+//! decided, the status it would get now, each limit's state), counting
+//! nothing.
+
+use super::json::{JsonError, JsonRequest, JsonStatus, code_name, duration_text};
+use super::{AppState, bad_request};
+use crate::clock::SystemClock;
+use crate::config::{Algorithm, Index, StepMatch};
+use crate::descriptor::{Request, Unit};
+use crate::limiter::{
+    Explained, Explanation, LimitError, Limiter, LimiterOptions, Step, Verdict, WindowState,
+};
+use crate::store::{MemoryStore, StoreKind};
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response as HttpResponse};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The answer of `/explain` in JSON (lowerCamelCase).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonExplanation {
+    overall_code: &'static str,
+    descriptors: Vec<JsonExplained>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonExplained {
+    steps: Vec<JsonStep>,
+    rule: Option<String>,
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replaced_by: Option<String>,
+    status: JsonStatus,
+    windows: Vec<JsonWindow>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonStep {
+    key: String,
+    value: String,
+    matched: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pattern: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonWindow {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    requests_per_unit: u32,
+    unit: &'static str,
+    unit_multiplier: u32,
+    algorithm: &'static str,
+    shadow_mode: bool,
+    count: u64,
+    remaining: u64,
+    over_limit: bool,
+    duration_until_reset: String,
+}
+
+impl From<Step> for JsonStep {
+    fn from(step: Step) -> Self {
+        let (matched, pattern) = match step.matched {
+            StepMatch::Exact => ("exact", None),
+            StepMatch::Wildcard { pattern } => ("wildcard", Some(pattern)),
+            StepMatch::Default => ("default", None),
+            StepMatch::None => ("none", None),
+        };
+        Self {
+            key: step.key,
+            value: step.value,
+            matched,
+            pattern,
+        }
+    }
+}
+
+impl From<WindowState> for JsonWindow {
+    fn from(window: WindowState) -> Self {
+        let limit = window.limit;
+        Self {
+            name: limit.name.as_deref().map(str::to_owned),
+            requests_per_unit: limit.requests_per_unit,
+            unit: Unit::proto_name(limit.unit),
+            unit_multiplier: limit.unit_multiplier.get(),
+            algorithm: Algorithm::as_str(limit.algorithm),
+            shadow_mode: limit.shadow_mode,
+            count: window.count,
+            remaining: window.remaining,
+            over_limit: window.over_limit,
+            duration_until_reset: duration_text(window.reset),
+        }
+    }
+}
+
+impl From<Explained> for JsonExplained {
+    fn from(explained: Explained) -> Self {
+        let (outcome, replaced_by) = match explained.verdict {
+            Verdict::Limited => ("limited", None),
+            Verdict::UnknownDomain => ("unknown_domain", None),
+            Verdict::NoRule => ("no_rule", None),
+            Verdict::Replaced { by } => ("replaced", Some(by)),
+            Verdict::Unlimited => ("unlimited", None),
+            Verdict::Override => ("override", None),
+            Verdict::Shadow => ("shadow", None),
+            Verdict::Cached => ("cached", None),
+        };
+        Self {
+            steps: explained.steps.into_iter().map(JsonStep::from).collect(),
+            rule: explained.rule,
+            outcome,
+            replaced_by,
+            status: JsonStatus::from(explained.status),
+            windows: explained
+                .windows
+                .into_iter()
+                .map(JsonWindow::from)
+                .collect(),
+        }
+    }
+}
+
+impl From<Explanation> for JsonExplanation {
+    fn from(explanation: Explanation) -> Self {
+        Self {
+            overall_code: code_name(explanation.overall_code),
+            descriptors: explanation
+                .descriptors
+                .into_iter()
+                .map(JsonExplained::from)
+                .collect(),
+        }
+    }
+}
+
+/// Why an explanation could not be given.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    /// The body is not a valid `RateLimitRequest` (as `POST /json` reads it).
+    #[error("bad request")]
+    Request(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The request breaks a bound, or the store cannot be read.
+    #[error("cannot explain the request")]
+    Limit(#[from] LimitError),
+    /// The answer cannot be written as JSON.
+    #[error("cannot encode the explanation")]
+    Encode(#[from] serde_json::Error),
+}
+
+fn parse(body: &[u8]) -> Result<Request, JsonError> {
+    serde_json::from_slice::<JsonRequest>(body)
+        .map_err(JsonError::Parse)
+        .and_then(JsonRequest::into_request)
+}
+
+/// Explains `body` with `limiter`, as JSON text.
+async fn explain_json(limiter: &Limiter<StoreKind>, body: &[u8]) -> Result<String, ExplainError> {
+    let request = parse(body).map_err(|err| ExplainError::Request(Box::new(err)))?;
+    let explanation = limiter.explain(&request).await?;
+    Ok(serde_json::to_string(&JsonExplanation::from(explanation))?)
+}
+
+/// `floodgate explain`: explains `body` (a `POST /json` body) against
+/// `index` with empty counters (a fresh embedded store), so a rule change can
+/// be checked before it ships. Returns the JSON `POST /explain` would
+/// answer on a fresh server.
+///
+/// # Errors
+///
+/// [`ExplainError`] for a body that is not a valid request.
+pub async fn explain_offline(index: Index, body: &str) -> Result<String, ExplainError> {
+    let limiter = Limiter::new(
+        Arc::new(ArcSwap::from_pointee(index)),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(SystemClock),
+        LimiterOptions::default(),
+    );
+    explain_json(&limiter, body.as_bytes()).await
+}
+
+/// `POST /explain`: 200 with the explanation, 400 for a bad request, 503
+/// when the store cannot be read. Counts nothing (not even in `/metrics`).
+pub(super) async fn explain(State(state): State<AppState>, body: Body) -> HttpResponse {
+    let Ok(body) = axum::body::to_bytes(body, state.max_body).await else {
+        return bad_request(&format!(
+            "request body is larger than the limit of {} bytes, or was cut short",
+            state.max_body
+        ));
+    };
+    match explain_json(&state.limiter, &body).await {
+        Ok(json) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            json,
+        )
+            .into_response(),
+        Err(ExplainError::Request(err)) => bad_request(&crate::telemetry::error_chain(&*err)),
+        Err(ExplainError::Limit(LimitError::Store(_))) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "rate limit store unavailable\n",
+        )
+            .into_response(),
+        Err(ExplainError::Limit(invalid)) => bad_request(&invalid.to_string()),
+        Err(ExplainError::Encode(err)) => {
+            tracing::error!(
+                error = &err as &dyn std::error::Error,
+                "cannot encode json explanation"
+            );
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}

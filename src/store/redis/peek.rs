@@ -1,0 +1,70 @@
+//! Reading without counting, for `/explain`: each operation's own command,
+//! sent to the read-only twin of its script ([`scripts::PEEK`]), whose reply
+//! is the one the counting script would give now; the same pure functions
+//! turn it into the answer, so a peek answers exactly what the next call
+//! would.
+
+use super::command::algorithm_number;
+use super::execute::{bad_reply, execute, outcome};
+use super::{RedisStore, scripts};
+use crate::algorithm::Outcome;
+use crate::clock::UnixMillis;
+use crate::store::{Batch, StoreError};
+use redis::RedisResult;
+
+impl RedisStore {
+    /// What every operation of `batch` would answer at `now`; nothing is
+    /// written. One round trip, as a decision.
+    pub(super) async fn peek_batch(
+        &self,
+        batch: &Batch,
+        now: UnixMillis,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        let call = async {
+            let connection = self.connection().await;
+            let cmds: Vec<redis::Cmd> = batch
+                .ops
+                .iter()
+                .map(|op| peek_cmd(algorithm_number(&op.spec), &self.call(op, now, false).0))
+                .collect();
+            let replies = execute(&connection, cmds).await?;
+            if replies.len() != batch.ops.len() {
+                return Err(bad_reply(format!(
+                    "{} replies for {} operations",
+                    replies.len(),
+                    batch.ops.len()
+                )));
+            }
+            batch
+                .ops
+                .iter()
+                .zip(&replies)
+                .map(|(op, reply)| outcome(op, reply, now))
+                .collect::<RedisResult<Vec<Outcome>>>()
+        };
+        match tokio::time::timeout(self.inner.config.timeout, call).await {
+            Ok(result) => result.map_err(StoreError::from),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+}
+
+/// `EVALSHA sha 1 key args…` of a counting script as the peek script's
+/// `EVALSHA peek 1 key algorithm args…`.
+fn peek_cmd(algorithm: u8, cmd: &redis::Cmd) -> redis::Cmd {
+    let mut peek = redis::cmd("EVALSHA");
+    peek.arg(scripts::PEEK.get_hash()).arg(1);
+    let mut args = cmd.args_iter().skip(3).filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        // Only SCAN-style commands carry other kinds of argument.
+        _ => None,
+    });
+    if let Some(key) = args.next() {
+        peek.arg(key);
+    }
+    peek.arg(algorithm);
+    for arg in args {
+        peek.arg(arg);
+    }
+    peek
+}

@@ -1,0 +1,229 @@
+//! The live page (`GET /`) in a real headless browser, Debian's `chromium`
+//! (`scripts/test.sh` installs it when missing): it loads with no console
+//! message, the page requests nothing but 127.0.0.1, and within 3 s (of the
+//! browser's virtual time) of traffic it shows the hot descriptor's value. A
+//! screenshot is saved as `target/insight-page.png`.
+
+use crate::support::grpc::{TestServer, ask, index, request};
+use crate::support::http::get;
+use crate::support::poll_until_async;
+use floodgate::clock::SystemClock;
+use floodgate::limiter::LimiterOptions;
+use floodgate::store::{MemoryStore, StoreKind};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const HOT: &str = "hot-page-value";
+
+const RULES: &str = r"
+domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+";
+
+/// A chromium process, killed and reaped when dropped (every path).
+struct Browser(Child);
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs chromium headless on `url` with `extra` flags, in its own profile
+/// under `dir`, until it exits (at most 60 s); returns (stdout, stderr).
+fn chromium(dir: &Path, url: &str, extra: &[String]) -> (String, String) {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: install Debian's chromium (scripts/test.sh does)"
+    );
+    let out = dir.join("stdout");
+    let err = dir.join("stderr");
+    let mut command = Command::new(CHROMIUM);
+    command
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--no-default-browser-check",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-extensions",
+            // Nothing can leave the machine, whoever asks: every host but
+            // 127.0.0.1 fails to resolve.
+            "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .args(extra)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap());
+    let mut browser = Browser(command.spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if browser.0.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "chromium did not finish within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(browser);
+    (
+        std::fs::read_to_string(out).unwrap(),
+        std::fs::read_to_string(err).unwrap(),
+    )
+}
+
+/// Every URL the page itself asked for (requests with the page as
+/// initiator, and the navigation), from chromium's net log.
+fn page_requests(net_log: &Path, origin: &str) -> Vec<String> {
+    let log: Value = serde_json::from_str(&std::fs::read_to_string(net_log).unwrap()).unwrap();
+    let start_job = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"].clone();
+    let mut urls = Vec::new();
+    for event in log["events"].as_array().unwrap() {
+        if event["type"] != start_job {
+            continue;
+        }
+        // The job's end event carries no parameters.
+        let Some(url) = event["params"]["url"].as_str() else {
+            continue;
+        };
+        let initiator = event["params"]["initiator"].as_str().unwrap_or_default();
+        // Chromium's own background requests have no origin; the page's
+        // navigation has none either, so it is kept by its URL.
+        if initiator != "not an origin" || url.starts_with(origin) {
+            urls.push(url.to_owned());
+        }
+        assert!(
+            initiator == "not an origin" || initiator == origin,
+            "a request from {initiator}: {url}"
+        );
+    }
+    urls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_hot_descriptor_with_no_console_error_and_nothing_external() {
+    let server = TestServer::start(
+        index(&[("web.yaml", RULES)]),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(SystemClock),
+        LimiterOptions::default(),
+    )
+    .await;
+    let origin = format!("http://{}", server.http_addr);
+    // Traffic: the hot user, and a few cold ones, until the test ends (at
+    // most 2,000 rounds).
+    let stop = CancellationToken::new();
+    let traffic = {
+        let stop = stop.clone();
+        let mut client = server.client().await;
+        tokio::spawn(async move {
+            for round in 0..2_000 {
+                if stop.is_cancelled() {
+                    break;
+                }
+                ask(&mut client, request("web", &[&[("user", HOT)]])).await;
+                let cold = format!("cold-{}", round % 7);
+                ask(&mut client, request("web", &[&[("user", cold.as_str())]])).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let addr = server.http_addr;
+    assert!(
+        poll_until_async(
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || async {
+                get(addr, "/top?domain=web")
+                    .await
+                    .body
+                    .contains(HOT)
+                    .then_some(true)
+            }
+        )
+        .await,
+        "traffic reached the top list"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let net_log = dir.path().join("net.json");
+    let page = format!("{origin}/");
+    let (dom, stderr) = {
+        let (dir, page, flags) = (
+            dir.path().to_owned(),
+            page.clone(),
+            vec![
+                format!("--log-net-log={}", net_log.display()),
+                "--dump-dom".to_owned(),
+            ],
+        );
+        tokio::task::spawn_blocking(move || chromium(&dir, &page, &flags))
+            .await
+            .unwrap()
+    };
+    let console: Vec<&str> = stderr.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:#?}");
+    assert!(
+        dom.contains(&format!("user={HOT}")),
+        "the hot descriptor is on the page:\n{dom}"
+    );
+    assert!(
+        dom.contains("most limited") && dom.contains("serving"),
+        "{dom}"
+    );
+    let requests = page_requests(&net_log, &origin);
+    assert!(
+        requests
+            .iter()
+            .any(|u| u.ends_with("/top?domain=web&window=1m&n=10&by=hits")),
+        "{requests:#?}"
+    );
+    for url in &requests {
+        assert!(url.starts_with(&origin), "the page asked for {url}");
+    }
+
+    let shot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/insight-page.png");
+    let _ = std::fs::remove_file(&shot);
+    {
+        let (dir, page, flags) = (
+            dir.path().join("shot"),
+            page.clone(),
+            vec![
+                format!("--screenshot={}", shot.display()),
+                "--window-size=1280,900".to_owned(),
+            ],
+        );
+        std::fs::create_dir_all(&dir).unwrap();
+        tokio::task::spawn_blocking(move || chromium(&dir, &page, &flags))
+            .await
+            .unwrap();
+    }
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG"),
+        "a PNG screenshot at {}",
+        shot.display()
+    );
+
+    stop.cancel();
+    traffic.await.unwrap();
+    server.shutdown().await;
+}
