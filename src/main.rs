@@ -16,7 +16,7 @@ use floodgate::config::{self, ConfigError, LoadOptions};
 use floodgate::limiter::Limiter;
 use floodgate::metrics::Mapper;
 use floodgate::metrics::Metrics;
-use floodgate::otel::{Tracing, TracingError};
+use floodgate::otel::{MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
 use floodgate::server::{self, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
 use floodgate::store::{MemoryStore, RedisStore, StoreKind};
@@ -361,7 +361,12 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         let serve_options = ServeOptions {
             reload,
             rule_feed,
-            tracer: tracing.as_ref().map(Tracing::request_tracer),
+            tracer: tracing.as_ref().map(|t| {
+                t.request_tracer(match settings.store {
+                    BackendType::Memory => MEMORY_STORE_SPAN,
+                    BackendType::Redis => REDIS_STORE_SPAN,
+                })
+            }),
             stats: StatsExport {
                 mapper,
                 extra_tags: settings.stats.extra_tags.clone(),

@@ -35,6 +35,12 @@ use std::time::Duration;
 /// Service name when `TRACING_SERVICE_NAME` is not set (the reference's).
 pub const DEFAULT_SERVICE_NAME: &str = "RateLimit";
 
+/// Name of the store round-trip span on the embedded store.
+pub const MEMORY_STORE_SPAN: &str = "Memory Store Execution";
+
+/// Name of the store round-trip span on Redis (the reference's).
+pub const REDIS_STORE_SPAN: &str = "Redis Pipeline Execution";
+
 /// Longest wait for the last export at shutdown.
 const FLUSH_WITHIN: Duration = Duration::from_secs(10);
 
@@ -191,10 +197,13 @@ impl Tracing {
         Ok(Self { provider })
     }
 
-    /// What the gRPC service starts call spans with.
-    pub fn request_tracer(&self) -> RequestTracer {
+    /// What the gRPC service starts call spans with; `store_span` names the
+    /// child span of each store round trip ([`MEMORY_STORE_SPAN`] or
+    /// [`REDIS_STORE_SPAN`]).
+    pub fn request_tracer(&self, store_span: &'static str) -> RequestTracer {
         RequestTracer {
             tracer: self.provider.tracer("floodgate"),
+            store_span,
         }
     }
 
@@ -219,6 +228,7 @@ impl Tracing {
 #[derive(Clone)]
 pub struct RequestTracer {
     tracer: SdkTracer,
+    store_span: &'static str,
 }
 
 impl fmt::Debug for RequestTracer {
@@ -229,14 +239,12 @@ impl fmt::Debug for RequestTracer {
 
 impl RequestTracer {
     /// Starts the span of one call to `domain`, a child of the caller's span
-    /// found by `header` (a lookup by lowercase name), if any. `store_span`
-    /// names the child span of the store round trip.
+    /// found by `header` (a lookup by lowercase name), if any.
     pub(crate) fn start_call<'a>(
         &self,
         header: impl Fn(&str) -> Option<&'a str>,
         domain: &str,
         descriptors: usize,
-        store_span: &'static str,
     ) -> CallSpan {
         let parent = propagation::extract(header);
         let span = self
@@ -256,7 +264,7 @@ impl RequestTracer {
             .start_with_context(&self.tracer, &parent);
         let cx = parent.with_span(span).with_value(StoreSpan {
             tracer: self.tracer.clone(),
-            name: store_span,
+            name: self.store_span,
         });
         CallSpan { cx }
     }

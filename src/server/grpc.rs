@@ -43,16 +43,11 @@ impl RlsService {
     /// Starts the span of a call, joining the caller's trace.
     fn start_span(&self, request: &tonic::Request<RateLimitRequest>) -> Option<CallSpan> {
         let tracer = self.tracer.as_ref()?;
-        let store_span = match self.limiter.store() {
-            StoreKind::Memory(_) => "Memory Store Execution",
-            StoreKind::Redis { .. } => "Redis Pipeline Execution",
-        };
         let headers = request.metadata();
         Some(tracer.start_call(
             |name| headers.get(name).and_then(|v| v.to_str().ok()),
             &request.get_ref().domain,
             request.get_ref().descriptors.len(),
-            store_span,
         ))
     }
 }

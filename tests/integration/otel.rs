@@ -16,7 +16,9 @@ use crate::support::otlp::{OtlpReceiver, ReceivedSpan};
 use crate::support::redis::RedisServer;
 use floodgate::clock::{ManualClock, UnixMillis};
 use floodgate::limiter::LimiterOptions;
-use floodgate::otel::{ExportProtocol, Tracing, TracingSettings};
+use floodgate::otel::{
+    ExportProtocol, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingSettings,
+};
 use floodgate::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::server::ServeOptions;
@@ -54,10 +56,15 @@ fn settings(protocol: ExportProtocol, endpoint: String) -> TracingSettings {
 }
 
 async fn traced_server(tracing: &Tracing) -> TestServer {
-    traced_server_on(tracing, StoreKind::Memory(MemoryStore::new())).await
+    let store = StoreKind::Memory(MemoryStore::new());
+    traced_server_on(tracing, store, MEMORY_STORE_SPAN).await
 }
 
-async fn traced_server_on(tracing: &Tracing, store: StoreKind) -> TestServer {
+async fn traced_server_on(
+    tracing: &Tracing,
+    store: StoreKind,
+    store_span: &'static str,
+) -> TestServer {
     TestServer::start_with(
         index(&[("edge.yaml", RULES)]),
         store,
@@ -65,7 +72,7 @@ async fn traced_server_on(tracing: &Tracing, store: StoreKind) -> TestServer {
         LimiterOptions::default(),
         ServeOptions {
             shutdown_grace: Duration::from_secs(5),
-            tracer: Some(tracing.request_tracer()),
+            tracer: Some(tracing.request_tracer(store_span)),
             ..ServeOptions::default()
         },
     )
@@ -213,7 +220,7 @@ async fn the_redis_round_trip_is_a_child_span() {
     let collector = OtlpReceiver::http().await;
     let endpoint = format!("{}/v1/traces", collector.endpoint);
     let tracing = Tracing::start(&settings(ExportProtocol::Http, endpoint)).unwrap();
-    let server = traced_server_on(&tracing, store).await;
+    let server = traced_server_on(&tracing, store, REDIS_STORE_SPAN).await;
     let mut client = server.client().await;
     let traceparent = format!("00-{W3C_TRACE}-{PARENT}-01");
     let code = call_with(
