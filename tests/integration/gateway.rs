@@ -53,6 +53,8 @@ struct Process {
     child: Child,
     http: SocketAddr,
     _dir: tempfile::TempDir,
+    /// Its stderr (a file, so a chatty process never blocks on a full pipe).
+    _log: tempfile::NamedTempFile,
 }
 
 impl Process {
@@ -65,19 +67,26 @@ impl Process {
         http_port: u16,
         dir: tempfile::TempDir,
     ) -> Self {
+        let log = tempfile::NamedTempFile::new().unwrap();
         let mut command = Command::new(binary);
         command
             .current_dir(dir.path())
             .env_clear()
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+            .stderr(log.reopen().unwrap());
         let mut child = command.spawn().unwrap();
         let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+        let log_path = log.path().to_owned();
         let healthy = poll_until_async(Duration::from_secs(30), Duration::from_millis(50), || {
             let exited = child.try_wait().unwrap();
+            let log_path = log_path.clone();
             async move {
-                assert!(exited.is_none(), "floodgate exited early: {exited:?}");
+                assert!(
+                    exited.is_none(),
+                    "floodgate exited early ({exited:?}): {}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
                 let Ok(Ok(stream)) = tokio::time::timeout(
                     Duration::from_secs(1),
                     tokio::net::TcpStream::connect(http),
@@ -93,13 +102,17 @@ impl Process {
         .await;
         if !healthy {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("not healthy: {}", String::from_utf8_lossy(&out.stderr));
+            let _ = child.wait();
+            panic!(
+                "not healthy: {}",
+                std::fs::read_to_string(log.path()).unwrap_or_default()
+            );
         }
         Self {
             child,
             http,
             _dir: dir,
+            _log: log,
         }
     }
 }
