@@ -18,6 +18,9 @@
 //! - [`insight`]: operator views that never count (top lists by domain).
 //! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
 //!   over OTLP when `TRACING_ENABLED`.
+//! - [`metrics`]: every metric, rendered for Prometheus.
+//! - [`rlqs`]: Envoy's Rate Limit Quota Service over the same rules and
+//!   store: a rule's budget split across the Envoys reporting a bucket.
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
@@ -38,6 +41,7 @@ pub mod insight;
 pub mod limiter;
 pub mod metrics;
 pub mod otel;
+pub mod rlqs;
 pub mod server;
 pub mod settings;
 pub mod shutdown;

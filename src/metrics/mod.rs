@@ -20,6 +20,7 @@ pub mod mapped;
 pub mod mapper;
 pub mod process;
 mod render;
+pub mod rlqs;
 pub mod statsd;
 pub mod statsd_names;
 #[cfg(test)]
@@ -117,6 +118,8 @@ pub struct Metrics {
     response_time_ms: statsd_names::TimerCounts,
     /// statsd lines not delivered (sink unreachable or slow).
     statsd_dropped: AtomicU64,
+    /// RLQS streams, buckets and assignments.
+    pub rlqs: rlqs::RlqsMetrics,
 }
 
 impl Default for Metrics {
@@ -144,6 +147,7 @@ impl Metrics {
             store_latency: Histogram::default(),
             response_time_ms: statsd_names::TimerCounts::default(),
             statsd_dropped: AtomicU64::new(0),
+            rlqs: rlqs::RlqsMetrics::default(),
         }
     }
 

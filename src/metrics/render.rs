@@ -138,6 +138,7 @@ impl Metrics {
             "ratelimit_store_round_trip_seconds",
             "Time of one store round trip.",
         );
+        self.rlqs.render(&mut out);
         out
     }
 }

@@ -12,6 +12,7 @@ mod json;
 mod top;
 
 pub use explain::{ExplainError, explain_offline};
+pub(crate) mod rlqs;
 
 use super::health::Health;
 use crate::config::{Algorithm, Policy, ReloadStats, Rule};

@@ -1,5 +1,5 @@
-//! Assembles the listeners: gRPC (RLS, health, reflection; plaintext or
-//! TLS) and HTTP, serves them until shutdown, then drains within a grace
+//! Assembles the listeners: gRPC (RLS, RLQS, health, reflection; plaintext
+//! or TLS) and HTTP, serves them until shutdown, then drains within a grace
 //! period. Owns the background tasks of a running server (the store's own
 //! maintenance, rule watcher, TLS certificate watcher), all on one
 //! `TaskTracker`. Knows no store variant: each store runs its own
@@ -23,6 +23,7 @@ use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
 pub use http::{ExplainError, explain_offline};
+use proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -109,6 +110,8 @@ pub struct ServeOptions {
     /// follows each rule set it applies, and metrics report its load
     /// counters. `None` without xDS.
     pub rule_feed: Option<RuleFeed>,
+    /// The Rate Limit Quota Service (RLQS) settings.
+    pub rlqs: crate::rlqs::RlqsOptions,
     /// `TRACING_ENABLED`: span every `ShouldRateLimit` call; `None` traces
     /// nothing and reads no trace header.
     pub tracer: Option<crate::otel::RequestTracer>,
@@ -138,6 +141,7 @@ impl Default for ServeOptions {
             metrics_path: "/metrics".to_owned(),
             stats: StatsExport::default(),
             rule_feed: None,
+            rlqs: crate::rlqs::RlqsOptions::default(),
             tracer: None,
         }
     }
@@ -313,6 +317,14 @@ pub async fn serve_with_debug(
                 grpc::RlsService::new(limiter.clone()).with_tracer(options.tracer.clone()),
             )
             .max_decoding_message_size(options.max_request_bytes),
+        )
+        .add_service(
+            RateLimitQuotaServiceServer::new(crate::rlqs::RlqsService::new(
+                limiter.clone(),
+                options.rlqs.clone(),
+                draining.clone(),
+            ))
+            .max_decoding_message_size(options.max_request_bytes),
         );
     let grpc_stop = draining.clone().cancelled_owned();
     // One boxed future either way: the plaintext and TLS incoming streams
@@ -371,7 +383,8 @@ pub async fn serve_with_debug(
     }
     let http = axum::serve(
         listeners.http,
-        http::router(health, limiter, reloads, options.max_request_bytes),
+        http::router(health, limiter.clone(), reloads, options.max_request_bytes)
+            .merge(http::rlqs::router(limiter, options.rlqs.clone())),
     )
     .with_graceful_shutdown(draining.clone().cancelled_owned());
 

@@ -34,6 +34,11 @@ pub mod envoy {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
             }
         }
+        pub mod rate_limit_quota {
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.rate_limit_quota.v3");
+            }
+        }
     }
     pub mod r#type {
         pub mod v3 {

@@ -161,6 +161,9 @@ pub struct ServeArgs {
     /// Rule source settings (files or xDS).
     #[command(flatten)]
     pub xds_args: XdsArgs,
+    /// Rate Limit Quota Service settings.
+    #[command(flatten)]
+    pub rlqs_args: RlqsArgs,
 }
 
 /// OTLP transport of spans.
@@ -254,4 +257,31 @@ pub struct StoreArgs {
     /// What to answer when the store fails [env: FAILURE_MODE] [default: error]
     #[arg(long, value_enum)]
     pub on_store_error: Option<OnStoreError>,
+}
+
+/// What an RLQS bucket matching no rule gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RlqsUnmatched {
+    /// ALLOW_ALL (as RLS answers OK).
+    Allow,
+    /// DENY_ALL.
+    Deny,
+}
+
+/// Flags of the Rate Limit Quota Service; each falls back to its
+/// environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RlqsArgs {
+    /// What an RLQS bucket that matches no rule (or an unknown domain) gets [env: RLQS_UNMATCHED_BEHAVIOR] [default: allow]
+    #[arg(long, value_enum)]
+    pub rlqs_unmatched_behavior: Option<RlqsUnmatched>,
+    /// How long an Envoy keeps an RLQS assignment without news (at least 1s) [env: RLQS_ASSIGNMENT_TTL] [default: 15s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rlqs_assignment_ttl: Option<Duration>,
+    /// An RLQS bucket reporting no request for this long is abandoned [env: RLQS_IDLE_TIMEOUT] [default: 60s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rlqs_idle_timeout: Option<Duration>,
+    /// Most distinct buckets one RLQS stream may track; more are denied [env: RLQS_MAX_BUCKETS_PER_STREAM] [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub rlqs_max_buckets_per_stream: Option<usize>,
 }

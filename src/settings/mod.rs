@@ -15,7 +15,9 @@ mod tests;
 mod xds;
 
 pub use flags::TracingExporterProtocol;
-pub use flags::{BackendType, LogFormat, OnStoreError, RedisType, ServeArgs, StoreArgs};
+pub use flags::{
+    BackendType, LogFormat, OnStoreError, RedisType, RlqsArgs, RlqsUnmatched, ServeArgs, StoreArgs,
+};
 pub use parse::parse_duration;
 use parse::{
     addr_from_env, boolean, choice, duration, number, parse_listen_addr, pick, runtime_dir,
@@ -333,6 +335,7 @@ impl Settings {
             0.8,
         )?;
 
+        let global_shadow_mode = flag(args.shadow_mode, "SHADOW_MODE")?;
         Ok(Self {
             stats,
             xds: xds::xds_options(&args.xds_args, &get)?,
@@ -364,7 +367,7 @@ impl Settings {
             log_format,
             config_poll_interval: poll_interval,
             limiter: LimiterOptions {
-                global_shadow_mode: flag(args.shadow_mode, "SHADOW_MODE")?,
+                global_shadow_mode,
                 global_quota_mode: flag(args.quota_mode, "QUOTA_MODE")?,
                 response_headers,
                 stop_when_over: flag(
@@ -407,8 +410,58 @@ impl Settings {
                     .clone()
                     .or_else(|| get("PROMETHEUS_PATH").map(str::to_owned))
                     .unwrap_or_else(|| "/metrics".to_owned()),
+                rlqs: rlqs_options(&args.rlqs_args, &get, bounds, global_shadow_mode)?,
                 ..serve_defaults
             },
         })
     }
+}
+
+/// The RLQS settings: flags over `RLQS_*` variables over the defaults; the
+/// bucket id bounds are the descriptor bounds.
+fn rlqs_options<'a>(
+    args: &RlqsArgs,
+    get: &impl Fn(&str) -> Option<&'a str>,
+    bounds: RequestBounds,
+    global_shadow_mode: bool,
+) -> Result<crate::rlqs::RlqsOptions, SettingsError> {
+    let defaults = crate::rlqs::RlqsOptions::default();
+    let unmatched = match choice(
+        args.rlqs_unmatched_behavior,
+        get("RLQS_UNMATCHED_BEHAVIOR"),
+        "RLQS_UNMATCHED_BEHAVIOR",
+        "allow or deny",
+        RlqsUnmatched::Allow,
+    )? {
+        RlqsUnmatched::Allow => crate::rlqs::Unmatched::AllowAll,
+        RlqsUnmatched::Deny => crate::rlqs::Unmatched::DenyAll,
+    };
+    Ok(crate::rlqs::RlqsOptions {
+        unmatched,
+        assignment_ttl: duration(
+            args.rlqs_assignment_ttl,
+            get("RLQS_ASSIGNMENT_TTL"),
+            "RLQS_ASSIGNMENT_TTL",
+            defaults.assignment_ttl,
+        )?
+        .max(crate::rlqs::MIN_ASSIGNMENT_TTL),
+        idle_timeout: duration(
+            args.rlqs_idle_timeout,
+            get("RLQS_IDLE_TIMEOUT"),
+            "RLQS_IDLE_TIMEOUT",
+            defaults.idle_timeout,
+        )?,
+        bounds: crate::rlqs::state::StreamBounds {
+            max_entries: bounds.max_entries,
+            max_entry_bytes: bounds.max_entry_bytes,
+            max_domain_bytes: bounds.max_domain_bytes,
+            max_buckets: number(
+                args.rlqs_max_buckets_per_stream,
+                get("RLQS_MAX_BUCKETS_PER_STREAM"),
+                "RLQS_MAX_BUCKETS_PER_STREAM",
+                defaults.bounds.max_buckets,
+            )?,
+        },
+        global_shadow_mode,
+    })
 }

@@ -768,3 +768,38 @@ fn remaining_reference_variables_reach_their_options() {
     assert_eq!(second.timeout, Duration::from_millis(40));
     assert!(second.tls.is_some());
 }
+
+#[test]
+fn rlqs_settings_from_flags_and_env() {
+    let s = resolve(&[], &[]).unwrap();
+    assert_eq!(s.serve.rlqs, crate::rlqs::RlqsOptions::default());
+    let s = resolve(
+        &[
+            "--rlqs-unmatched-behavior",
+            "deny",
+            "--rlqs-idle-timeout",
+            "2m",
+        ],
+        &[
+            ("RLQS_ASSIGNMENT_TTL", "100ms"),
+            ("RLQS_MAX_BUCKETS_PER_STREAM", "7"),
+            ("RLQS_UNMATCHED_BEHAVIOR", "allow"),
+            ("MAX_DESCRIPTOR_ENTRIES", "4"),
+            ("SHADOW_MODE", "true"),
+        ],
+    )
+    .unwrap();
+    let rlqs = &s.serve.rlqs;
+    assert_eq!(rlqs.unmatched, crate::rlqs::Unmatched::DenyAll);
+    assert_eq!(rlqs.idle_timeout, Duration::from_secs(120));
+    // Never under a second: Envoy would expire it at once.
+    assert_eq!(rlqs.assignment_ttl, Duration::from_secs(1));
+    assert_eq!(rlqs.bounds.max_buckets, 7);
+    assert_eq!(rlqs.bounds.max_entries, 4);
+    assert!(rlqs.global_shadow_mode);
+    let err = resolve(&[], &[("RLQS_UNMATCHED_BEHAVIOR", "maybe")]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "environment variable RLQS_UNMATCHED_BEHAVIOR='maybe' is not allow or deny"
+    );
+}

@@ -7,6 +7,7 @@
 mod identity;
 pub mod memory;
 pub mod redis;
+pub mod rlqs;
 
 pub use identity::CounterId;
 pub use memory::MemoryStore;

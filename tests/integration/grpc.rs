@@ -256,6 +256,10 @@ async fn health_and_reflection_are_served() {
         names.contains(&"envoy.service.ratelimit.v3.RateLimitService".to_owned()),
         "{names:?}"
     );
+    assert!(
+        names.contains(&"envoy.service.rate_limit_quota.v3.RateLimitQuotaService".to_owned()),
+        "{names:?}"
+    );
 
     // HTTP health on the HTTP port.
     let mut stream = tokio::net::TcpStream::connect(server.http_addr)

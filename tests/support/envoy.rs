@@ -28,8 +28,8 @@ fn envoy_bin() -> PathBuf {
         .unwrap_or_else(|| panic!("{INSTALL_HINT}"))
 }
 
-fn template() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/envoy.yaml");
+fn template(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e").join(name);
     std::fs::read_to_string(&path)
         .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()))
 }
@@ -56,9 +56,24 @@ impl Envoy {
     /// Like [`Envoy::start`], with the template (ports filled in) passed
     /// through `edit` first, e.g. to add tracing.
     pub async fn start_edited(rls_port: u16, edit: impl Fn(String) -> String) -> Self {
+        Self::launch("envoy.yaml", rls_port, &[], &edit).await
+    }
+
+    /// Like [`Envoy::start`], from the template `e2e/<template>` with the
+    /// extra `${NAME}` substitutions of `vars`.
+    pub async fn start_from(template: &str, rls_port: u16, vars: &[(&str, &str)]) -> Self {
+        Self::launch(template, rls_port, vars, &|config| config).await
+    }
+
+    async fn launch(
+        template: &str,
+        rls_port: u16,
+        vars: &[(&str, &str)],
+        edit: &impl Fn(String) -> String,
+    ) -> Self {
         let mut last_log = String::new();
         for _ in 0..3 {
-            match Self::spawn(rls_port, &edit).await {
+            match Self::spawn(template, rls_port, vars, edit).await {
                 Ok(envoy) => return envoy,
                 Err(log) => last_log = log,
             }
@@ -66,10 +81,15 @@ impl Envoy {
         panic!("envoy did not get ready; last log:\n{last_log}");
     }
 
-    async fn spawn(rls_port: u16, edit: &impl Fn(String) -> String) -> Result<Self, String> {
+    async fn spawn(
+        template_name: &str,
+        rls_port: u16,
+        vars: &[(&str, &str)],
+        edit: &impl Fn(String) -> String,
+    ) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
         let (listen, upstream, admin) = (free_port(), free_port(), free_port());
-        let config = template()
+        let mut config = template(template_name)
             .replace("${LISTEN_PORT}", &listen.to_string())
             .replace("${UPSTREAM_PORT}", &upstream.to_string())
             .replace("${ADMIN_PORT}", &admin.to_string())
@@ -78,6 +98,9 @@ impl Envoy {
                 "${ACCESS_LOG}",
                 &dir.path().join("access.log").display().to_string(),
             );
+        for (name, value) in vars {
+            config = config.replace(&format!("${{{name}}}"), value);
+        }
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, edit(config)).unwrap();
         let log = std::fs::File::create(dir.path().join("envoy.log")).unwrap();

@@ -86,8 +86,28 @@ impl TestServer {
         clock: Arc<dyn Clock>,
         options: LimiterOptions,
     ) -> Self {
+        Self::start_on_with(
+            grpc_addr,
+            index,
+            store,
+            clock,
+            options,
+            default_serve_options(),
+        )
+        .await
+    }
+
+    /// [`TestServer::start_on`] with explicit serving options.
+    pub async fn start_on_with(
+        grpc_addr: SocketAddr,
+        index: Index,
+        store: StoreKind,
+        clock: Arc<dyn Clock>,
+        options: LimiterOptions,
+        serve_options: ServeOptions,
+    ) -> Self {
         let grpc = bind_retrying(grpc_addr).await;
-        Self::serve_on(grpc, index, store, clock, options, default_serve_options()).await
+        Self::serve_on(grpc, index, store, clock, options, serve_options).await
     }
 
     async fn serve_on(

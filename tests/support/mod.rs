@@ -7,6 +7,7 @@ pub mod grpc;
 pub mod http;
 pub mod otlp;
 pub mod redis;
+pub mod rlqs;
 pub mod tls;
 pub mod xds;
 

@@ -75,6 +75,8 @@ struct Inner {
     max_bytes: usize,
     bytes: AtomicUsize,
     evictions: AtomicU64,
+    /// The RLQS demand registry (`store::rlqs`), bounded on its own.
+    demand: crate::store::rlqs::MemoryRegistry,
 }
 
 impl Default for MemoryStore {
@@ -108,6 +110,7 @@ impl MemoryStore {
                 max_bytes,
                 bytes: AtomicUsize::new(0),
                 evictions: AtomicU64::new(0),
+                demand: crate::store::rlqs::MemoryRegistry::default(),
             }),
         }
     }
@@ -323,6 +326,11 @@ impl MemoryStore {
                 }
             }
         }
+    }
+
+    /// The RLQS demand registry of this store.
+    pub(crate) fn demand_registry(&self) -> &crate::store::rlqs::MemoryRegistry {
+        &self.inner.demand
     }
 
     /// Number of live counters (for metrics and tests).

@@ -8,6 +8,7 @@
 //!        | "s" bucket_secs ":" bucket_start_secs      ; sliding window bucket (one series per bucket length)
 //!        | "l"                                        ; sliding log (sorted set)
 //!        | "g" interval_us ":" burst                  ; gcra TAT
+//!        | "q"                                        ; RLQS demand registry (hash)
 //! ```
 //!
 //! `prefix` is `CACHE_KEY_PREFIX`, verbatim. `identity` is the escaped
@@ -76,6 +77,13 @@ impl Keys {
         key
     }
 
+    /// The RLQS demand registry of a bucket (a hash of its members).
+    pub(crate) fn demand_registry(&self, id: &CounterId) -> String {
+        let mut key = self.tagged(id);
+        key.push('q');
+        key
+    }
+
     /// The theoretical arrival time of a GCRA limit.
     pub(crate) fn gcra(&self, id: &CounterId, interval_us: u64, burst: u64) -> String {
         let mut key = self.tagged(id);
@@ -110,6 +118,7 @@ mod tests {
         assert_eq!(keys.sliding_base(&id), "p:{d|k=v}s");
         assert_eq!(keys.sliding_log(&id), "p:{d|k=v}l");
         assert_eq!(keys.gcra(&id, 100_000, 5), "p:{d|k=v}g100000:5");
+        assert_eq!(keys.demand_registry(&id), "p:{d|k=v}q");
     }
 
     #[test]

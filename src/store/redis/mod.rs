@@ -18,6 +18,7 @@ mod connection;
 mod execute;
 mod keys;
 mod peek;
+mod rlqs;
 mod scripts;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
