@@ -1,6 +1,7 @@
 //! The decision semantics as a plain model, and a property: for random rule
 //! sets and random request sequences under manual clocks (two instances,
-//! skewed, stepping forward and back), the embedded store, a standalone
+//! skewed, stepping forward and back by up to `AHEAD_SECS` behind the
+//! latest reading, the skew floodgate absorbs), the embedded store, a standalone
 //! Redis and a 3-master Redis Cluster answer exactly what the model answers:
 //! per descriptor the code, the remaining count, the reset and the limit,
 //! and the overall code.
@@ -871,9 +872,23 @@ fn check(
         .collect();
     let mut model = Model::default();
     let mut t = T0_MS;
+    // The latest clock reading so far: no reading may fall more than
+    // `AHEAD_SECS` behind it, the skew floodgate promises to absorb (the
+    // memory store forgets sliding-window buckets no clock within that
+    // bound can reach; Redis keeps them until they expire). Steps back
+    // beyond it are lifted to the bound.
+    let behind_ms = floodgate::algorithm::sliding_window::AHEAD_SECS * 1_000;
+    let mut latest = 0;
     for (n, step) in sc.steps.iter().enumerate() {
         t = t.saturating_add_signed(step.advance_ms);
-        let now = t.saturating_add_signed(if step.instance == 1 { sc.skew_ms } else { 0 });
+        let skew = if step.instance == 1 { sc.skew_ms } else { 0 };
+        let mut now = t.saturating_add_signed(skew);
+        if now.saturating_add(behind_ms) < latest {
+            let lift = latest - behind_ms - now;
+            t += lift;
+            now += lift;
+        }
+        latest = latest.max(now);
         clocks[step.instance].set(UnixMillis(now));
         let request = Request {
             domain: "m".into(),
