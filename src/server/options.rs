@@ -1,0 +1,183 @@
+//! What serving needs before it starts: bound listeners, options, and
+//! the errors it can end with.
+
+use super::tls::{TlsError, TlsOptions};
+use crate::config::xds::RuleFeed;
+use crate::config::{Fingerprint, LoadOptions, ReloadStats};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Listeners bound before serving (so tests can bind port 0 and read the
+/// address without any sleep).
+#[derive(Debug)]
+pub struct Listeners {
+    /// gRPC listener (RLS, health, reflection).
+    pub grpc: TcpListener,
+    /// HTTP listener (`/healthcheck`, `/json`, `/rlconfig`, `/metrics`).
+    pub http: TcpListener,
+    /// Separate metrics listener (`USE_PROMETHEUS` + `PROMETHEUS_ADDR`).
+    pub metrics: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the addresses (the metrics one when given).
+    ///
+    /// # Errors
+    ///
+    /// [`ServeError::Bind`] naming the address that could not be bound.
+    pub async fn bind(
+        grpc: SocketAddr,
+        http: SocketAddr,
+        metrics: Option<SocketAddr>,
+    ) -> Result<Self, ServeError> {
+        let bind = |addr: SocketAddr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })
+        };
+        Ok(Self {
+            grpc: bind(grpc).await?,
+            http: bind(http).await?,
+            metrics: match metrics {
+                Some(addr) => Some(bind(addr).await?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// Serving options that are not decisions.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Longest time in-flight requests may take to drain on shutdown.
+    pub shutdown_grace: Duration,
+    /// Most concurrent requests per gRPC connection, advertised as HTTP/2's
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` (streams past it are refused by
+    /// HTTP/2 itself).
+    pub max_concurrent_per_connection: usize,
+    /// Largest request message accepted, gRPC message or `/json` body
+    /// (`MAX_REQUEST_BYTES`); larger ones are refused before decoding.
+    pub max_request_bytes: usize,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: report NOT_SERVING while
+    /// the rule index in force has no domain.
+    pub healthy_only_with_rules: bool,
+    /// Reload the rules from a directory when it changes; `None` serves the
+    /// limiter's index as it is.
+    pub reload: Option<ReloadOptions>,
+    /// Serve gRPC over TLS (certificates re-read when they change); `None`
+    /// serves plaintext.
+    pub tls: Option<TlsOptions>,
+    /// Path of the metrics on the separate metrics listener
+    /// (`PROMETHEUS_PATH`).
+    pub metrics_path: String,
+    /// Stats export: the Prometheus listener's mapping, `EXTRA_TAGS`, the
+    /// statsd sink.
+    pub stats: StatsExport,
+    /// Rules swapped in by an xDS client running beside the server: health
+    /// follows each rule set it applies, and metrics report its load
+    /// counters. `None` without xDS.
+    pub rule_feed: Option<RuleFeed>,
+    /// The Rate Limit Quota Service (RLQS) settings.
+    pub rlqs: crate::rlqs::RlqsOptions,
+    /// `TRACING_ENABLED`: span every `ShouldRateLimit` call; `None` traces
+    /// nothing and reads no trace header.
+    pub tracer: Option<crate::otel::RequestTracer>,
+}
+
+/// How the reference's stats leave the process.
+#[derive(Debug, Clone, Default)]
+pub struct StatsExport {
+    /// statsd_exporter mapping of the Prometheus listener
+    /// (`PROMETHEUS_MAPPER_YAML`); `None` is the reference's built-in one.
+    pub mapper: Option<Arc<crate::metrics::Mapper>>,
+    /// `EXTRA_TAGS`, appended to every stat name.
+    pub extra_tags: crate::metrics::statsd_names::Tags,
+    /// The statsd sink (`USE_STATSD`), flushed by a background task.
+    pub statsd: Option<crate::metrics::statsd::StatsdOptions>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            shutdown_grace: Duration::from_secs(10),
+            max_concurrent_per_connection: 1_024,
+            max_request_bytes: 1 << 20,
+            healthy_only_with_rules: false,
+            reload: None,
+            tls: None,
+            metrics_path: "/metrics".to_owned(),
+            stats: StatsExport::default(),
+            rule_feed: None,
+            rlqs: crate::rlqs::RlqsOptions::default(),
+            tracer: None,
+        }
+    }
+}
+
+/// Where reloaded rules come from, and how often to look.
+#[derive(Debug, Clone)]
+pub struct ReloadOptions {
+    /// Rule directory.
+    pub dir: PathBuf,
+    /// How its files are combined.
+    pub load: LoadOptions,
+    /// Time between two checks of the directory.
+    pub interval: Duration,
+    /// Reload outcome counters, updated by the watcher (shared so metrics
+    /// and tests can read them).
+    pub stats: Arc<ReloadStats>,
+    /// The directory as it was when the limiter's index was loaded: any
+    /// later difference triggers a reload.
+    pub baseline: Fingerprint,
+}
+
+impl ReloadOptions {
+    /// Reloads from `dir` with `load`, checking every
+    /// [`DEFAULT_POLL_INTERVAL`](crate::config::DEFAULT_POLL_INTERVAL).
+    ///
+    /// Takes the directory's [`Fingerprint`] now: call it *before* loading
+    /// the initial index, so a change made during that load is not missed.
+    /// Blocking file I/O.
+    pub fn new(dir: PathBuf, load: LoadOptions) -> Self {
+        let baseline = Fingerprint::of(&dir);
+        Self {
+            dir,
+            load,
+            interval: crate::config::DEFAULT_POLL_INTERVAL,
+            stats: Arc::default(),
+            baseline,
+        }
+    }
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// Address asked for.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading a listener's address failed.
+    #[error("cannot read listener address")]
+    LocalAddr(#[source] std::io::Error),
+    /// The gRPC server failed.
+    #[error("grpc server failed")]
+    Grpc(#[source] tonic::transport::Error),
+    /// The HTTP server failed.
+    #[error("http server failed")]
+    Http(#[source] std::io::Error),
+    /// The reflection service could not be built from the descriptor set.
+    #[error("cannot build grpc reflection service")]
+    Reflection(#[source] tonic_reflection::server::Error),
+    /// The gRPC TLS configuration could not be built.
+    #[error("cannot set up grpc tls")]
+    Tls(#[source] TlsError),
+}
