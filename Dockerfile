@@ -21,6 +21,8 @@ WORKDIR /src
 # Everything the release build reads; rust-toolchain.toml is left out so the
 # image's own 1.95 toolchain is used without downloading components.
 COPY Cargo.toml Cargo.lock build.rs ./
+# The build flags (tokio_unstable, for the runtime's scheduling option).
+COPY .cargo ./.cargo
 COPY proto ./proto
 COPY src ./src
 # Cargo.toml declares the benches; cargo needs their files to load the manifest.

@@ -24,6 +24,13 @@ const CLIENT_ONLY: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    // .cargo/config.toml sets it; a RUSTFLAGS variable replaces that list.
+    if std::env::var_os("CARGO_CFG_TOKIO_UNSTABLE").is_none() {
+        println!(
+            "cargo:warning=built without --cfg tokio_unstable: the runtime keeps tokio's LIFO \
+             slot and answers under load share fewer writes (see .cargo/config.toml)"
+        );
+    }
     let fds = protox::compile(PROTOS, ["proto"])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let mut served = fds.clone();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The speed method of issue #10, in one command (not part of CI):
 #
-#   servers (the no-op ceiling, floodgate on the embedded store, floodgate on
-#   Redis) and redis-server pinned to CPU 1, the load pinned to CPU 0;
+#   servers (the no-op ceiling, the same no-op server scheduled as floodgate
+#   schedules (tokio's LIFO slot off: `ceiling --no-lifo`), floodgate on the
+#   embedded store, floodgate on Redis) and redis-server pinned to CPU 1, the load pinned to CPU 0;
 #   PROCS load processes x CONNS connections x STREAMS streams each, one
 #   descriptor per request on a rule that is never reached. PROFILE=hot
 #   (default): h2load, each process its own descriptor value (a hot key per
@@ -10,9 +11,10 @@
 #   seen for a long while (each process cycles through KEYS values of its
 #   own, so the stores keep creating counters). Then a
 #   WARMUP-second warm-up, then DURATION seconds measured; ROUNDS rounds
-#   interleaving the three servers; medians per server of req/s, p99 and
+#   interleaving the four servers; medians per server of req/s, p99 and
 #   server CPU per request (utime + stime from /proc, floodgate alone and,
-#   for Redis, floodgate plus redis-server), and the ratio to the ceiling.
+#   for Redis, floodgate plus redis-server), and the ratios to both no-op
+#   servers (the issue's ratio is to the plain one, `ceiling`).
 #
 # Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
 # PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
@@ -126,6 +128,9 @@ declare -A PORT PIDOF
 PORT[ceiling]=$(free_port)
 start "$BIN/examples/ceiling" "127.0.0.1:${PORT[ceiling]}"
 PIDOF[ceiling]=$PID
+PORT[ceiling_tuned]=$(free_port)
+start "$BIN/examples/ceiling" "127.0.0.1:${PORT[ceiling_tuned]}" --no-lifo
+PIDOF[ceiling_tuned]=$PID
 
 rport=$(free_port)
 mkdir -p "$OUT/redis"
@@ -144,13 +149,13 @@ for store in memory redis; do
     PIDOF[$store]=$PID
     wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
 done
-for s in ceiling memory redis; do wait_for grpc_ok "${PORT[$s]}"; done
+for s in ceiling ceiling_tuned memory redis; do wait_for grpc_ok "${PORT[$s]}"; done
 
 TICK=$(getconf CLK_TCK)
 echo "==> profile $PROFILE: $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
 printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\n' | tee "$OUT/rounds.tsv"
 for round in $(seq "$ROUNDS"); do
-    for s in ceiling memory redis; do
+    for s in ceiling ceiling_tuned memory redis; do
         h2 "${PORT[$s]}" "warm-$s" "$WARMUP" >/dev/null
         c0=$(cpu_ticks "${PIDOF[$s]}") r0=$(cpu_ticks "$RPID")
         read -r rate p99 done_ < <(h2 "${PORT[$s]}" "$s-$round" "$DURATION")
@@ -167,14 +172,16 @@ python3 - "$OUT/rounds.tsv" <<'EOF'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
 med = {}
-for s in ("ceiling", "memory", "redis"):
+servers = ("ceiling", "ceiling_tuned", "memory", "redis")
+for s in servers:
     r = [x for x in rows if x[1] == s]
     med[s] = [statistics.median(float(x[i]) for x in r) for i in (2, 3, 4)]
     if s == "redis":
         med[s].append(statistics.median(float(x[5]) for x in r))
-print("server\treq/s\tratio\tp99_ms\tcpu_us_per_req")
-for s in ("ceiling", "memory", "redis"):
+print("server\treq/s\tratio\tratio_to_tuned\tp99_ms\tcpu_us_per_req")
+for s in servers:
     rate, p99, cpu = med[s][:3]
     extra = f" ({med[s][3]:.1f} with redis-server)" if s == "redis" else ""
-    print(f"{s}\t{rate:.0f}\t{rate / med['ceiling'][0]:.2f}\t{p99:.2f}\t{cpu:.1f}{extra}")
+    print(f"{s}\t{rate:.0f}\t{rate / med['ceiling'][0]:.2f}\t{rate / med['ceiling_tuned'][0]:.2f}"
+          f"\t{p99:.2f}\t{cpu:.1f}{extra}")
 EOF

@@ -5,8 +5,12 @@
 //! load.
 //!
 //! ```text
-//! ceiling [ADDR]        # default 127.0.0.1:8091
+//! ceiling [ADDR] [--no-lifo]   # default 127.0.0.1:8091
 //! ```
+//!
+//! `--no-lifo` schedules its runtime as floodgate's (tokio's LIFO slot off),
+//! so a comparison can also separate what floodgate's scheduling choice
+//! gains from what its work costs.
 #![allow(clippy::print_stderr)] // a command-line tool
 
 use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -48,12 +52,35 @@ impl RateLimitService for Ceiling {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let addr: SocketAddr = match std::env::args().nth(1).map_or_else(
-        || Ok(SocketAddr::from(([127, 0, 0, 1], 8091))),
-        |arg| arg.parse(),
-    ) {
+fn main() -> ExitCode {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if std::env::args().any(|arg| arg == "--no-lifo") {
+        #[cfg(tokio_unstable)]
+        builder.disable_lifo_slot();
+        #[cfg(not(tokio_unstable))]
+        {
+            eprintln!("error: --no-lifo needs a build with --cfg tokio_unstable");
+            return ExitCode::FAILURE;
+        }
+    }
+    match builder.build() {
+        Ok(runtime) => runtime.block_on(serve()),
+        Err(err) => {
+            eprintln!("error: cannot start the runtime: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve() -> ExitCode {
+    let addr: SocketAddr = match std::env::args()
+        .nth(1)
+        .filter(|arg| arg != "--no-lifo")
+        .map_or_else(
+            || Ok(SocketAddr::from(([127, 0, 0, 1], 8091))),
+            |arg| arg.parse(),
+        ) {
         Ok(addr) => addr,
         Err(err) => {
             eprintln!("error: bad address: {err}");

@@ -276,10 +276,15 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             }
         },
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    // A woken task waits its turn instead of running at once (tokio's LIFO
+    // slot): the requests one Redis reply (or one socket read) answers are
+    // all answered before their connections write, so answers share writes
+    // instead of leaving one by one (bench/RESULTS.md, "The LIFO slot").
+    #[cfg(tokio_unstable)]
+    builder.disable_lifo_slot();
+    let runtime = match builder.build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!(
