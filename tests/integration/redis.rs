@@ -210,8 +210,10 @@ async fn a_request_abandoned_while_queued_counts_nothing() {
         hits_addend: 0,
     };
     redis.pause();
-    // One call in flight on each of the two connections…
-    let busy: Vec<_> = (0..2)
+    // A call in flight on each of the two connections (requests go to the
+    // lanes in runs of 32: the 64 fill both; what does not fit in the
+    // first call of a lane queues)…
+    let busy: Vec<_> = (0..64)
         .map(|_| {
             let limiter = server.limiter.clone();
             let request = one("busy");
@@ -245,6 +247,48 @@ async fn a_request_abandoned_while_queued_counts_nothing() {
         Some(99),
         "only the last request counted"
     );
+    server.shutdown().await;
+}
+
+/// `REDIS_TIMEOUT` bounds every request, the ones queued behind a hung
+/// call included (the lane enforces deadlines; there is no timer per
+/// request): all of them come back as a store timeout while Redis is still
+/// frozen, none waits for it to return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_timeout_answers_requests_queued_behind_a_hung_call() {
+    use floodgate::descriptor::{Descriptor, Request};
+    use floodgate::limiter::LimitError;
+    use floodgate::store::StoreError;
+    let redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_millis(300),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let server = serve(connected(config).await, LimiterOptions::default()).await;
+    redis.pause();
+    let calls: Vec<_> = (0..100)
+        .map(|i| {
+            let limiter = server.limiter.clone();
+            let request = Request {
+                domain: "edge".into(),
+                descriptors: vec![Descriptor::from_pairs([("hundred", format!("q{i}"))])],
+                hits_addend: 0,
+            };
+            tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(20), limiter.should_rate_limit(&request))
+                    .await
+            })
+        })
+        .collect();
+    let mut timed_out = 0;
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(Err(LimitError::Store(StoreError::Timeout))) => timed_out += 1,
+            other => panic!("expected the store timeout, got {other:?}"),
+        }
+    }
+    redis.resume();
+    assert_eq!(timed_out, 100);
     server.shutdown().await;
 }
 

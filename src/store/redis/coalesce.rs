@@ -14,15 +14,23 @@
 //! counter shares its tag), sent concurrently and pipelined per node by the
 //! cluster client: requests on a hot key share one call, as on standalone.
 //!
-//! A request whose caller gave up (deadline passed) before its turn is
-//! dropped from the queue and counts nothing.
+//! A request whose caller gave up, or whose deadline passed, before its turn
+//! is dropped from the queue and counts nothing.
+//!
+//! Deadlines are the lane's job, not a timer per request: each job carries
+//! its deadline (now + `REDIS_TIMEOUT`), and each call is bounded by the
+//! earliest deadline among its jobs. A job waits in the queue at most while
+//! the call before it runs (bounded by that call's own earliest deadline,
+//! which is earlier than its own), so every job is answered by its deadline
+//! with one timer per call instead of one per request.
 
-use super::command::batch_cmd;
+use super::command::{batch_cmd, key_of};
 use super::execute::{bad_reply, execute_batch};
-use redis::RedisResult;
+use redis::RedisError;
 use redis::aio::ConnectionLike;
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, timeout_at};
 
 /// Most requests one script call carries; what queues beyond waits for the
 /// next call. Bounds the size of a call and how long one script holds Redis.
@@ -32,15 +40,56 @@ const MAX_REQUESTS_PER_CALL: usize = 128;
 /// deadlines bound the wait).
 const QUEUE_DEPTH: usize = 4_096;
 
-/// One operation: its batch-script algorithm number and its EVALSHA command.
-pub(super) type LaneOp = (u8, redis::Cmd);
+/// One operation as the batch script takes it.
+#[derive(Debug)]
+pub(super) struct LaneOp {
+    /// The batch script's algorithm number.
+    pub(super) algorithm: u8,
+    /// How many integers the algorithm replies.
+    pub(super) reply_len: usize,
+    /// `key args…`.
+    pub(super) cmd: redis::Cmd,
+}
 
-/// Replies of one request: one list of integers per operation.
-type Replies = RedisResult<Vec<Vec<i64>>>;
+/// Replies of one request: its operations' integers, one after the other.
+type Replies = Result<Vec<i64>, LaneError>;
+
+/// The batch command and the reply length of operations.
+fn batch_of<'a>(ops: impl Iterator<Item = &'a LaneOp> + Clone) -> (redis::Cmd, usize) {
+    let expected = ops.clone().map(|op| op.reply_len).sum();
+    (batch_cmd(ops.map(|op| (op.algorithm, &op.cmd))), expected)
+}
+
+/// How many integers a request's operations reply, together.
+fn replies_len(ops: &[LaneOp]) -> usize {
+    ops.iter().map(|op| op.reply_len).sum()
+}
+
+/// Why a lane could not answer a request.
+#[derive(Debug, Clone)]
+pub(super) enum LaneError {
+    /// Redis failed the call (or the lane closed).
+    Redis(RedisError),
+    /// The request's deadline passed before its call answered.
+    TimedOut,
+}
+
+impl From<RedisError> for LaneError {
+    /// The connection's own response timeout (set to `REDIS_TIMEOUT`) is
+    /// the same deadline as the lane's: one kind of error for both.
+    fn from(err: RedisError) -> Self {
+        if err.is_timeout() {
+            Self::TimedOut
+        } else {
+            Self::Redis(err)
+        }
+    }
+}
 
 struct Job {
     ops: Vec<LaneOp>,
     reply: oneshot::Sender<Replies>,
+    deadline: Instant,
 }
 
 /// The queue in front of one connection.
@@ -73,19 +122,47 @@ impl Lane {
     }
 
     /// Runs one request's operations (in one call, possibly shared with
-    /// other requests') and returns their replies, in order.
-    pub(super) async fn run(&self, ops: Vec<LaneOp>) -> Replies {
+    /// other requests') and returns their replies, in order, by `deadline`.
+    pub(super) async fn run(&self, ops: Vec<LaneOp>, deadline: Instant) -> Replies {
         let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Job { ops, reply })
-            .await
-            .map_err(|_| lane_closed())?;
+        let job = Job {
+            ops,
+            reply,
+            deadline,
+        };
+        match self.queue.try_send(job) {
+            Ok(()) => {}
+            // A full queue (thousands waiting): wait for room, by the
+            // deadline (the only per-request timer, and only here).
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                timeout_at(deadline, self.queue.send(job))
+                    .await
+                    .map_err(|_| LaneError::TimedOut)?
+                    .map_err(|_| lane_closed())?;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(lane_closed()),
+        }
+        // The lane answers every job by its deadline (see the module note).
         answer.await.map_err(|_| lane_closed())?
     }
 }
 
-fn lane_closed() -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Io, "redis connection lane closed"))
+fn lane_closed() -> LaneError {
+    LaneError::Redis(RedisError::from((
+        redis::ErrorKind::Io,
+        "redis connection lane closed",
+    )))
+}
+
+/// Keeps the jobs still waited for and before their deadline (answering
+/// the late ones), and returns the earliest deadline left.
+fn keep_live(batch: &mut Vec<Job>) -> Option<Instant> {
+    let now = Instant::now();
+    for late in batch.extract_if(.., |job| job.reply.is_closed() || job.deadline <= now) {
+        // A caller that gave up no longer listens; the others learn why.
+        let _ = late.reply.send(Err(LaneError::TimedOut));
+    }
+    batch.iter().map(|job| job.deadline).min()
 }
 
 /// The lane's task: one script call at a time, each carrying everything
@@ -93,40 +170,31 @@ fn lane_closed() -> redis::RedisError {
 async fn drive<C: ConnectionLike>(mut conn: C, mut jobs: mpsc::Receiver<Job>) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
     while jobs.recv_many(&mut batch, MAX_REQUESTS_PER_CALL).await > 0 {
-        batch.retain(|job| !job.reply.is_closed());
-        if batch.is_empty() {
+        let Some(deadline) = keep_live(&mut batch) else {
             continue;
-        }
-        let cmd = batch_cmd(
-            batch
-                .iter()
-                .flat_map(|job| job.ops.iter().map(|(algorithm, cmd)| (*algorithm, cmd))),
-        );
-        let result = execute_batch(&mut conn, &cmd).await;
+        };
+        let (cmd, expected) = batch_of(batch.iter().flat_map(|job| job.ops.iter()));
+        let result = match timeout_at(deadline, execute_batch(&mut conn, &cmd, expected)).await {
+            Ok(result) => result.map_err(LaneError::from),
+            Err(_) => Err(LaneError::TimedOut),
+        };
         deliver(&mut batch, result);
     }
 }
 
-/// Hands each job its share of the call's replies (or the call's error).
+/// Hands each job its share of the call's replies (or the call's error);
+/// `execute_batch` checked the length.
 fn deliver(batch: &mut Vec<Job>, result: Replies) {
     match result {
         Ok(replies) => {
-            let expected: usize = batch.iter().map(|job| job.ops.len()).sum();
-            if replies.len() != expected {
-                let err = bad_reply(format!(
-                    "{} replies for {expected} operations",
-                    replies.len()
-                ));
-                for job in batch.drain(..) {
-                    let _ = job.reply.send(Err(err.clone()));
-                }
-                return;
-            }
-            let mut replies = replies.into_iter();
+            let mut rest = replies.as_slice();
             for job in batch.drain(..) {
-                let own = replies.by_ref().take(job.ops.len()).collect();
+                let (own, tail) = rest
+                    .split_at_checked(replies_len(&job.ops))
+                    .unwrap_or((rest, &[]));
+                rest = tail;
                 // A caller that gave up meanwhile no longer listens.
-                let _ = job.reply.send(Ok(own));
+                let _ = job.reply.send(Ok(own.to_vec()));
             }
         }
         Err(err) => {
@@ -145,42 +213,46 @@ where
 {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
     while jobs.recv_many(&mut batch, MAX_REQUESTS_PER_CALL).await > 0 {
-        batch.retain(|job| !job.reply.is_closed());
+        let Some(deadline) = keep_live(&mut batch) else {
+            continue;
+        };
         // (job, operation) positions per hash tag, in arrival order.
         let mut groups: HashMap<&[u8], Vec<(usize, usize)>> = HashMap::new();
         for (j, job) in batch.iter().enumerate() {
-            for (o, (_, cmd)) in job.ops.iter().enumerate() {
-                groups.entry(hash_tag(cmd)).or_default().push((j, o));
+            for (o, op) in job.ops.iter().enumerate() {
+                groups.entry(hash_tag(&op.cmd)).or_default().push((j, o));
             }
         }
+        let op = |(j, o): (usize, usize)| batch.get(j).and_then(|job| job.ops.get(o));
         let calls = groups.into_values().map(|members| {
-            let cmd = batch_cmd(members.iter().filter_map(|&(j, o)| {
-                let (algorithm, cmd) = batch.get(j)?.ops.get(o)?;
-                Some((*algorithm, cmd))
-            }));
+            let (cmd, expected) = batch_of(members.iter().filter_map(|&at| op(at)));
             let mut conn = conn.clone();
-            async move { (members, execute_batch(&mut conn, &cmd).await) }
+            async move { (members, execute_batch(&mut conn, &cmd, expected).await) }
         });
-        let results = futures_util::future::join_all(calls).await;
+        let Ok(results) = timeout_at(deadline, futures_util::future::join_all(calls)).await else {
+            for job in batch.drain(..) {
+                let _ = job.reply.send(Err(LaneError::TimedOut));
+            }
+            continue;
+        };
         let mut replies: Vec<Vec<Option<Vec<i64>>>> =
             batch.iter().map(|job| vec![None; job.ops.len()]).collect();
-        let mut failed: Vec<Option<redis::RedisError>> = vec![None; batch.len()];
+        let mut failed: Vec<Option<RedisError>> = vec![None; batch.len()];
         for (members, result) in results {
             match result {
-                Ok(values) if values.len() == members.len() => {
-                    for ((j, o), value) in members.into_iter().zip(values) {
+                Ok(values) => {
+                    // `execute_batch` checked the total length.
+                    let mut rest = values.as_slice();
+                    for (j, o) in members {
+                        let n = op((j, o)).map_or(0, |op| op.reply_len);
+                        let (value, tail) = rest.split_at_checked(n).unwrap_or((rest, &[]));
+                        rest = tail;
                         if let Some(slot) = replies.get_mut(j).and_then(|r| r.get_mut(o)) {
-                            *slot = Some(value);
+                            *slot = Some(value.to_vec());
                         }
                     }
                 }
-                other => {
-                    let err = other.err().unwrap_or_else(|| {
-                        bad_reply(format!(
-                            "wrong reply count for {} operations",
-                            members.len()
-                        ))
-                    });
+                Err(err) => {
                     for (j, _) in members {
                         if let Some(slot) = failed.get_mut(j) {
                             *slot = Some(err.clone());
@@ -191,11 +263,13 @@ where
         }
         for ((job, own), err) in batch.drain(..).zip(replies).zip(failed) {
             let answer = match err {
-                Some(err) => Err(err),
+                Some(err) => Err(LaneError::from(err)),
                 None => own
                     .into_iter()
                     .map(|r| r.ok_or_else(|| bad_reply("operation without reply".to_owned())))
-                    .collect(),
+                    .collect::<Result<Vec<Vec<i64>>, _>>()
+                    .map(|replies| replies.concat())
+                    .map_err(LaneError::Redis),
             };
             let _ = job.reply.send(answer);
         }
@@ -206,10 +280,7 @@ where
 /// `{` and the next `}` when non-empty, else the whole key. Equal tags,
 /// equal slots.
 fn hash_tag(cmd: &redis::Cmd) -> &[u8] {
-    // EVALSHA sha 1 key …
-    let Some(redis::Arg::Simple(key)) = cmd.args_iter().nth(3) else {
-        return &[];
-    };
+    let key = key_of(cmd);
     key.iter()
         .position(|&b| b == b'{')
         .and_then(|open| {
@@ -225,8 +296,8 @@ mod tests {
     use super::hash_tag;
 
     fn op(key: &str) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg("sha").arg(1).arg(key).arg(5);
+        let mut cmd = redis::Cmd::new();
+        cmd.arg(key).arg(5);
         cmd
     }
 

@@ -1,6 +1,6 @@
-//! Command building: one operation becomes one EVALSHA (arguments written
-//! straight into the command), and a request's operations one batch-script
-//! call; how a refused operation is undone.
+//! Command building: one operation becomes its key and arguments (written
+//! straight into a command buffer), the operations of a lane's requests one
+//! batch-script call; how a refused operation is undone.
 
 use super::keys::Keys;
 use super::{RedisStore, scripts};
@@ -9,9 +9,10 @@ use crate::clock::UnixMillis;
 use crate::store::Op;
 
 impl RedisStore {
-    /// The EVALSHA command for one operation, and (when the batch may have
-    /// to be refused as a whole) how to undo it. Arguments are written
-    /// straight into the command: no intermediate strings.
+    /// One operation as its algorithm script's `key args…` (what the batch
+    /// and peek scripts pass to it), and (when the batch may have to be
+    /// refused as a whole) how to undo it. Arguments are written straight
+    /// into the command buffer: no intermediate strings.
     pub(super) fn call(
         &self,
         op: &Op,
@@ -23,9 +24,8 @@ impl RedisStore {
         // `base_len`: for a sliding window, the key is its bucket base
         // followed by the bucket start, and the script needs the base too.
         let mut base_len = 0;
-        let (script, key, undo_amount) = match op.spec {
+        let (key, undo_amount) = match op.spec {
             Spec::FixedWindow { window, .. } => (
-                &*scripts::FIXED_WINDOW,
                 keys.fixed_window(&op.id, window.window_secs(), window.window_start(now)),
                 op.hits,
             ),
@@ -38,17 +38,17 @@ impl RedisStore {
                     }
                     None => base,
                 };
-                (&*scripts::SLIDING_WINDOW, key, op.hits)
+                (key, op.hits)
             }
-            Spec::SlidingLog(_) => (&*scripts::SLIDING_LOG, keys.sliding_log(&op.id), 0),
+            Spec::SlidingLog(_) => (keys.sliding_log(&op.id), 0),
             Spec::Gcra(gcra) => (
-                &*scripts::GCRA,
                 keys.gcra(&op.id, gcra.interval_us(), gcra.burst()),
                 op.hits.saturating_mul(gcra.interval_us()),
             ),
         };
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash()).arg(1).arg(key.as_str());
+        // Room for a typical operation: no regrowth while writing it.
+        let mut cmd = redis::Cmd::with_capacity(16, 192);
+        cmd.arg(key.as_str());
         let mut log_prefix = None;
         match op.spec {
             Spec::FixedWindow { window, limit } => {
@@ -140,30 +140,38 @@ pub(super) const fn algorithm_number(spec: &Spec) -> u8 {
     }
 }
 
-/// One batch-script call for per-operation EVALSHA commands
-/// (`EVALSHA sha 1 key args…`): their keys as KEYS, their arguments behind
-/// the algorithm number and count.
+/// The bytes of a command's arguments (each operation's are all plain
+/// bytes; only SCAN-style commands carry other kinds).
+fn bytes_of(cmd: &redis::Cmd) -> impl Iterator<Item = &[u8]> {
+    cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    })
+}
+
+/// The key of an operation's command (`key args…`).
+pub(super) fn key_of(cmd: &redis::Cmd) -> &[u8] {
+    bytes_of(cmd).next().unwrap_or_default()
+}
+
+/// One batch-script call for operations (`key args…` each): their keys as
+/// KEYS, then for each its algorithm number, argument count and arguments.
 pub(super) fn batch_cmd<'a>(ops: impl Iterator<Item = (u8, &'a redis::Cmd)> + Clone) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(scripts::BATCH.get_hash()).arg(ops.clone().count());
-    // Arguments of an operation's command: EVALSHA, sha, 1, key, then its own.
+    let (count, args, bytes) = ops
+        .clone()
+        .fold((0, 3, 48), |(count, args, bytes), (_, op)| {
+            let len: usize = bytes_of(op).map(<[u8]>::len).sum();
+            (count + 1, args + op.args_iter().len() + 2, bytes + len + 8)
+        });
+    let mut cmd = redis::Cmd::with_capacity(args, bytes);
+    cmd.arg("EVALSHA").arg(scripts::BATCH.get_hash()).arg(count);
     for (_, op) in ops.clone() {
-        if let Some(redis::Arg::Simple(key)) = op.args_iter().nth(3) {
-            cmd.arg(key);
-        }
+        cmd.arg(key_of(op));
     }
     for (algorithm, op) in ops {
-        let args: Vec<&[u8]> = op
-            .args_iter()
-            .skip(4)
-            .filter_map(|arg| match arg {
-                redis::Arg::Simple(bytes) => Some(bytes),
-                // Only SCAN-style commands carry other kinds of argument.
-                _ => None,
-            })
-            .collect();
-        cmd.arg(algorithm).arg(args.len());
-        for arg in args {
+        cmd.arg(algorithm)
+            .arg(op.args_iter().len().saturating_sub(1));
+        for arg in bytes_of(op).skip(1) {
             cmd.arg(arg);
         }
     }

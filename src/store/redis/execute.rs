@@ -130,11 +130,13 @@ pub(super) async fn execute(
 }
 
 /// Runs one batch-script call, loading the scripts once on NOSCRIPT (a
-/// NOSCRIPT call ran nothing, so running it again counts nothing twice).
+/// NOSCRIPT call ran nothing, so running it again counts nothing twice),
+/// and returns its flat reply: `expected` integers.
 pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
     conn: &mut C,
     cmd: &redis::Cmd,
-) -> RedisResult<Vec<Vec<i64>>> {
+    expected: usize,
+) -> RedisResult<Vec<i64>> {
     let value = match cmd.query_async::<redis::Value>(conn).await {
         Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
             load_scripts(conn).await?;
@@ -142,31 +144,28 @@ pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
         }
         other => other?,
     };
-    let redis::Value::Array(flat) = value else {
-        return Err(bad_reply(format!("batch reply {value:?}")));
-    };
-    split_flat(&flat)
+    flat_integers(&value, expected)
 }
 
-/// The batch script's flat reply (`n, n integers, n, …`) as one list of
-/// integers per operation; any other shape is an unexpected reply.
-pub(super) fn split_flat(flat: &[redis::Value]) -> RedisResult<Vec<Vec<i64>>> {
-    let int = |value: &redis::Value| match value {
-        redis::Value::Int(n) => Ok(*n),
-        other => Err(bad_reply(format!("batch reply item {other:?}"))),
+/// The batch script's flat reply: exactly `expected` integers; any other
+/// shape or length is an unexpected reply.
+pub(super) fn flat_integers(value: &redis::Value, expected: usize) -> RedisResult<Vec<i64>> {
+    let redis::Value::Array(items) = value else {
+        return Err(bad_reply(format!("batch reply {value:?}")));
     };
-    let mut replies = Vec::new();
-    let mut rest = flat;
-    while let Some((head, tail)) = rest.split_first() {
-        let n = usize::try_from(int(head)?)
-            .map_err(|_| bad_reply("negative batch reply length".to_owned()))?;
-        let items = tail
-            .get(..n)
-            .ok_or_else(|| bad_reply(format!("batch reply cut short: {n} items announced")))?;
-        replies.push(items.iter().map(int).collect::<RedisResult<Vec<i64>>>()?);
-        rest = tail.get(n..).unwrap_or_default();
+    if items.len() != expected {
+        return Err(bad_reply(format!(
+            "{} batch reply items where {expected} were expected",
+            items.len()
+        )));
     }
-    Ok(replies)
+    items
+        .iter()
+        .map(|item| match item {
+            redis::Value::Int(n) => Ok(*n),
+            other => Err(bad_reply(format!("batch reply item {other:?}"))),
+        })
+        .collect()
 }
 
 /// Positions of the replies that are NOSCRIPT errors.
@@ -209,16 +208,20 @@ pub(super) fn bad_reply(detail: String) -> RedisError {
     ))
 }
 
+/// How many integers an operation's algorithm script replies.
+pub(super) fn reply_len(spec: &Spec) -> usize {
+    match spec {
+        Spec::FixedWindow { .. } | Spec::Gcra(_) => 2,
+        Spec::SlidingWindow(sw) => 1 + sw.buckets(),
+        Spec::SlidingLog(sl) => 1 + 2 * sl.limits().len(),
+    }
+}
+
 /// Reads a script reply: the same pure functions as the memory store turn
 /// the state Redis saw into the answer. A reply of the wrong length is an
 /// error, never a fresh window.
 pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Outcome> {
-    let expected = match op.spec {
-        Spec::FixedWindow { .. } => 3,
-        Spec::SlidingWindow(sw) => 1 + sw.buckets(),
-        Spec::SlidingLog(sl) => 1 + 2 * sl.limits().len(),
-        Spec::Gcra(_) => 2,
-    };
+    let expected = reply_len(&op.spec);
     if reply.len() != expected {
         return Err(bad_reply(format!(
             "{} integers where {expected} were expected",
@@ -229,8 +232,9 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
     let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
     Ok(match op.spec {
         Spec::FixedWindow { window, limit } => {
-            let (before, after) = (unsigned(at(0)), unsigned(at(1)));
-            if at(2) == 1 {
+            let before = unsigned(at(0));
+            if at(1) == 1 {
+                let after = before.saturating_add(op.hits);
                 window.outcome(Tally { before, after }, limit, now, true)
             } else {
                 window.refused(before, op.hits, limit, now)

@@ -26,15 +26,16 @@ pub use config::{RedisConfig, RedisMode, RedisTls};
 use super::{Batch, Outcome, Store, StoreError};
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
+use coalesce::{LaneError, LaneOp};
 use command::{Undo, algorithm_number};
 use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
-use execute::{bad_reply, outcome, take_back};
+use execute::{bad_reply, outcome, reply_len, take_back};
 use keys::Keys;
-use redis::RedisResult;
 use std::hash::{BuildHasher as _, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -208,7 +209,8 @@ impl RedisStore {
         connection: &Connection,
         batch: Batch,
         now: UnixMillis,
-    ) -> RedisResult<Vec<Outcome>> {
+        deadline: Instant,
+    ) -> Result<Vec<Outcome>, StoreError> {
         let (cmds, undos): (Vec<redis::Cmd>, Vec<Option<Undo>>) = batch
             .ops
             .iter()
@@ -221,23 +223,28 @@ impl RedisStore {
         let ops = batch
             .ops
             .iter()
-            .map(|op| algorithm_number(&op.spec))
             .zip(cmds)
+            .map(|(op, cmd)| LaneOp {
+                algorithm: algorithm_number(&op.spec),
+                reply_len: reply_len(&op.spec),
+                cmd,
+            })
             .collect();
-        let replies = lane.ok_or_else(no_connection)?.run(ops).await?;
-        if replies.len() != batch.ops.len() {
-            return Err(bad_reply(format!(
-                "{} replies for {} operations",
-                replies.len(),
-                batch.ops.len()
-            )));
+        let replies = match lane.ok_or_else(no_connection)?.run(ops, deadline).await {
+            Ok(replies) => replies,
+            Err(LaneError::Redis(err)) => return Err(err.into()),
+            Err(LaneError::TimedOut) => return Err(StoreError::Timeout),
+        };
+        // The lane hands back exactly this request's integers, in order.
+        let mut rest = replies.as_slice();
+        let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.ops.len());
+        for op in &batch.ops {
+            let (reply, tail) = rest
+                .split_at_checked(reply_len(&op.spec))
+                .ok_or_else(|| bad_reply(format!("{} integers cut short", replies.len())))?;
+            rest = tail;
+            outcomes.push(outcome(op, reply, now)?);
         }
-        let mut outcomes: Vec<Outcome> = batch
-            .ops
-            .iter()
-            .zip(&replies)
-            .map(|(op, reply)| outcome(op, reply, now))
-            .collect::<RedisResult<_>>()?;
         // Candidate (shadow) limits neither refuse the batch nor are taken
         // back with it (they have no undo).
         let refused = batch
@@ -246,7 +253,12 @@ impl RedisStore {
             .zip(&outcomes)
             .any(|(op, o)| o.over_limit && !op.id.is_candidate());
         if batch.stop_when_over && refused {
-            take_back(connection, &batch.ops, &undos, &mut outcomes, now).await?;
+            timeout_at(
+                deadline,
+                take_back(connection, &batch.ops, &undos, &mut outcomes, now),
+            )
+            .await
+            .map_err(|_| StoreError::Timeout)??;
         }
         Ok(outcomes)
     }
@@ -254,14 +266,16 @@ impl RedisStore {
 
 impl Store for RedisStore {
     async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        let call = async {
-            let connection = self.connection().await;
-            self.run(&connection, batch, now).await
+        // One deadline for the whole request; the lane enforces it (one
+        // timer per script call, not one per request).
+        let deadline = Instant::now() + self.inner.config.timeout;
+        let connection = match self.inner.connection.load_full() {
+            Some(connection) => connection,
+            None => timeout_at(deadline, self.connection())
+                .await
+                .map_err(|_| StoreError::Timeout)?,
         };
-        match tokio::time::timeout(self.inner.config.timeout, call).await {
-            Ok(result) => result.map_err(StoreError::from),
-            Err(_) => Err(StoreError::Timeout),
-        }
+        self.run(&connection, batch, now, deadline).await
     }
 
     async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {

@@ -52,12 +52,12 @@ impl RedisStore {
     }
 }
 
-/// `EVALSHA sha 1 key args…` of a counting script as the peek script's
+/// An operation's `key args…` as the peek script's
 /// `EVALSHA peek 1 key algorithm args…`.
 fn peek_cmd(algorithm: u8, cmd: &redis::Cmd) -> redis::Cmd {
     let mut peek = redis::cmd("EVALSHA");
     peek.arg(scripts::PEEK.get_hash()).arg(1);
-    let mut args = cmd.args_iter().skip(3).filter_map(|arg| match arg {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
         redis::Arg::Simple(bytes) => Some(bytes),
         // Only SCAN-style commands carry other kinds of argument.
         _ => None,

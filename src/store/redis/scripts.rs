@@ -4,22 +4,6 @@
 use redis::Script;
 use std::sync::LazyLock;
 
-/// `scripts/fixed_window.lua`: check-and-count one fixed-window counter.
-pub(crate) static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fixed_window.lua")));
-
-/// `scripts/sliding_window.lua`: sum bucket counters, count when admitted.
-pub(crate) static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sliding_window.lua")));
-
-/// `scripts/sliding_log.lua`: trim, count and log admitted hits.
-pub(crate) static SLIDING_LOG: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sliding_log.lua")));
-
-/// `scripts/gcra.lua`: compare and advance the theoretical arrival time.
-pub(crate) static GCRA: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/gcra.lua")));
-
 /// `scripts/take_back.lua`: undo counted hits (counters and TATs).
 pub(crate) static TAKE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/take_back.lua")));
@@ -108,10 +92,10 @@ for i = 1, #KEYS do
   -- unpack copies the operation's arguments in C, not in a Lua loop.
   local args = {unpack(ARGV, at + 2, at + 1 + n)}
   at = at + 2 + n
-  -- One flat reply (each operation's length, then its integers): one array
-  -- for the client to read, not one per operation.
+  -- One flat reply (each operation's integers, one after the other): one
+  -- array for the client to read, not one per operation; no lengths, as
+  -- floodgate knows them (fewer values to send and parse).
   local reply = algorithm({KEYS[i]}, args)
-  replies[#replies + 1] = #reply
   for j = 1, #reply do
     replies[#replies + 1] = reply[j]
   end
@@ -120,15 +104,6 @@ return replies
 ";
 
 /// Every script, for loading them all after a NOSCRIPT reply.
-pub(crate) fn all() -> [&'static Script; 8] {
-    [
-        &FIXED_WINDOW,
-        &SLIDING_WINDOW,
-        &SLIDING_LOG,
-        &GCRA,
-        &TAKE_BACK,
-        &TAKE_BACK_LOG,
-        &BATCH,
-        &PEEK,
-    ]
+pub(crate) fn all() -> [&'static Script; 4] {
+    [&TAKE_BACK, &TAKE_BACK_LOG, &BATCH, &PEEK]
 }

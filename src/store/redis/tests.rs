@@ -58,12 +58,13 @@ fn fixed_window_outcome_matches_memory_semantics() {
         },
         hits: 2,
     };
-    let o = outcome(&op, &[3, 5, 1], now).unwrap();
+    // {before, counted}: after is before + hits.
+    let o = outcome(&op, &[3, 1], now).unwrap();
     assert_eq!(
         (o.over_limit, o.remaining, o.reset.as_secs()),
         (false, 0, 30)
     );
-    let o = outcome(&op, &[4, 6, 0], now).unwrap();
+    let o = outcome(&op, &[4, 0], now).unwrap();
     assert!(o.over_limit && !o.counted);
     assert!(is_over_limit(o.after, 5));
 }
@@ -86,8 +87,8 @@ fn unexpected_replies_are_typed_errors_never_fresh_windows() {
     let gcra = op(Spec::Gcra(crate::algorithm::Gcra::new(5, 1_000, 5)));
     for (op, reply) in [
         (&fixed, &[][..]),
-        (&fixed, &[1, 2][..]),
-        (&fixed, &[1, 2, 1, 0][..]),
+        (&fixed, &[1][..]),
+        (&fixed, &[1, 2, 1][..]),
         (&log, &[1, 0, -1][..]),
         (&gcra, &[1][..]),
     ] {
@@ -120,21 +121,25 @@ fn unexpected_replies_are_typed_errors_never_fresh_windows() {
 }
 
 #[test]
-fn the_flat_batch_reply_splits_per_operation_or_is_a_typed_error() {
-    use super::execute::split_flat;
-    let ints = |v: &[i64]| v.iter().map(|&n| redis::Value::Int(n)).collect::<Vec<_>>();
+fn the_flat_batch_reply_has_the_expected_integers_or_is_a_typed_error() {
+    use super::execute::flat_integers;
+    let ints = |v: &[i64]| redis::Value::Array(v.iter().map(|&n| redis::Value::Int(n)).collect());
     assert_eq!(
-        split_flat(&ints(&[3, 0, 1, 1, 2, 7, 9, 0])).unwrap(),
-        vec![vec![0, 1, 1], vec![7, 9], vec![]]
+        flat_integers(&ints(&[0, 1, 7, -1]), 4).unwrap(),
+        vec![0, 1, 7, -1]
     );
-    assert_eq!(split_flat(&[]).unwrap(), Vec::<Vec<i64>>::new());
-    for bad in [
-        ints(&[3, 0, 1]),
-        ints(&[-1]),
-        vec![redis::Value::Int(1), redis::Value::Nil],
-        vec![redis::Value::Okay],
+    assert_eq!(flat_integers(&ints(&[]), 0).unwrap(), Vec::<i64>::new());
+    for (bad, expected) in [
+        (ints(&[3, 0, 1]), 4),
+        (ints(&[3, 0, 1]), 2),
+        (
+            redis::Value::Array(vec![redis::Value::Int(1), redis::Value::Nil]),
+            2,
+        ),
+        (redis::Value::Okay, 0),
+        (redis::Value::Int(3), 1),
     ] {
-        let err = StoreError::from(split_flat(&bad).unwrap_err());
+        let err = StoreError::from(flat_integers(&bad, expected).unwrap_err());
         assert!(
             matches!(err, StoreError::BadReply { .. }),
             "{bad:?}: {err:?}"

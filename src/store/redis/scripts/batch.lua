@@ -10,5 +10,6 @@
 --          2 sliding_window, 3 sliding_log, 4 gcra), argument count n, then
 --          its n arguments
 --
--- Reply: one flat array: for each operation, the length of what its
--- algorithm's script returns, then those integers.
+-- Reply: one flat array: what each operation's algorithm script returns,
+-- one after the other (floodgate knows each reply's length from the
+-- operation's algorithm and limits, and checks the total).

@@ -7,15 +7,16 @@
 -- ARGV[4]  '1' to refuse without counting when the hits would exceed the
 --          limit (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), '0' to always count
 --
--- Reply: {before, after, counted} where counted is 1 when the hits were added.
+-- Reply: {before, counted} where counted is 1 when the hits were added (the
+-- count after is always before + hits: floodgate knows the hits).
 local hits = tonumber(ARGV[1])
 if hits == 0 or ARGV[4] == '1' then
   local before = tonumber(redis.call('GET', KEYS[1]) or '0')
   if hits == 0 then
-    return {before, before, 1}
+    return {before, 1}
   end
   if before + hits > tonumber(ARGV[3]) then
-    return {before, before + hits, 0}
+    return {before, 0}
   end
 end
 -- Counting always: INCRBY alone tells the count before (one command, not a
@@ -26,4 +27,4 @@ if after == hits then
   -- expiry never drifts on later hits.
   redis.call('EXPIRE', KEYS[1], ARGV[2])
 end
-return {after - hits, after, 1}
+return {after - hits, 1}
