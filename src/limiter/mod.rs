@@ -30,7 +30,7 @@ use crate::config::Index;
 use crate::descriptor::Request;
 use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
-use crate::store::{Batch, CounterId, Op, Store, StoreError};
+use crate::store::{Batch, CounterId, Op, Store};
 use arc_swap::ArcSwap;
 use local_cache::LocalCache;
 use plan::{Pending, Plan, apply_replaces, counter_id, failure_outcome, is_candidate, specs};
@@ -210,13 +210,11 @@ impl<S: Store> Limiter<S> {
             };
             let started = std::time::Instant::now();
             // A child span of the call's when it is traced.
-            let execute = crate::otel::store_round_trip(self.store.execute(batch, now));
-            let result = match deadline {
-                Some(deadline) => tokio::time::timeout(deadline, execute)
-                    .await
-                    .unwrap_or(Err(StoreError::Timeout)),
-                None => execute.await,
-            };
+            // The store keeps the caller's deadline (Redis: no timer per
+            // request).
+            let result =
+                crate::otel::store_round_trip(self.store.execute_within(batch, now, deadline))
+                    .await;
             self.metrics.observe_store(started.elapsed());
             match result {
                 Ok(results) => {

@@ -16,6 +16,7 @@ pub use redis::{RedisConfig, RedisMode, RedisStore, RedisTls};
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use std::future::Future;
+use std::time::Duration;
 
 /// One counter operation: count `hits` on the counter `id` as `spec` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,6 +180,31 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         now: UnixMillis,
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
 
+    /// As [`Store::execute`], answered within `deadline` (from now) at the
+    /// latest: a caller's deadline, when it is sooner than the store's own.
+    /// Stores that keep deadlines themselves (Redis: one timer per script
+    /// call) take it over instead of a timer per request; the embedded
+    /// store answers at once and ignores it.
+    ///
+    /// # Errors
+    ///
+    /// As `execute`; [`StoreError::Timeout`] when the deadline passes.
+    fn execute_within(
+        &self,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
+        async move {
+            match deadline {
+                Some(deadline) => tokio::time::timeout(deadline, self.execute(batch, now))
+                    .await
+                    .unwrap_or(Err(StoreError::Timeout)),
+                None => self.execute(batch, now).await,
+            }
+        }
+    }
+
     /// What every operation of `batch` would answer if executed at `now`,
     /// without changing any counter (for `/explain`). Under
     /// `stop_when_over` each operation refuses as it would, but a batch
@@ -269,10 +295,41 @@ impl Store for StoreKind {
                 main,
                 per_second: None,
             } => main.execute(batch, now).await,
+            // Boxed: two stores' calls at once make a future twice the size
+            // of one, and every request's future would carry that size
+            // (allocated and copied per request) for a rare setup.
             Self::Redis {
                 main,
                 per_second: Some(second),
-            } => split_per_second(main, second, batch, now, false).await,
+            } => Box::pin(split_per_second(main, second, batch, now, false)).await,
+        }
+    }
+
+    async fn execute_within(
+        &self,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        match self {
+            // Answers at once: no deadline to keep.
+            Self::Memory(store) => store.execute(batch, now).await,
+            Self::Redis {
+                main,
+                per_second: None,
+            } => main.execute_within(batch, now, deadline).await,
+            Self::Redis {
+                main,
+                per_second: Some(second),
+            } => {
+                let split = split_per_second(main, second, batch, now, false);
+                match deadline {
+                    Some(deadline) => Box::pin(tokio::time::timeout(deadline, split))
+                        .await
+                        .unwrap_or(Err(StoreError::Timeout)),
+                    None => Box::pin(split).await,
+                }
+            }
         }
     }
 

@@ -349,6 +349,16 @@ impl Store for MemoryStore {
         Ok(self.apply(batch, now))
     }
 
+    /// Answers at once: no deadline to keep.
+    async fn execute_within(
+        &self,
+        batch: Batch,
+        now: UnixMillis,
+        _deadline: Option<std::time::Duration>,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        Ok(self.apply(batch, now))
+    }
+
     async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
         Ok(Self::peek(self, batch, now))
     }

@@ -18,11 +18,13 @@
 //! is dropped from the queue and counts nothing.
 //!
 //! Deadlines are the lane's job, not a timer per request: each job carries
-//! its deadline (now + `REDIS_TIMEOUT`), and each call is bounded by the
-//! earliest deadline among its jobs. A job waits in the queue at most while
-//! the call before it runs (bounded by that call's own earliest deadline,
-//! which is earlier than its own), so every job is answered by its deadline
-//! with one timer per call instead of one per request.
+//! its deadline (`REDIS_TIMEOUT`, or the caller's when sooner). While a call
+//! runs, the lane keeps taking queued jobs in, and one timer is set to the
+//! earliest deadline of every job it holds (on the call or waiting for the
+//! next): when it fires, exactly the jobs past their deadline are answered
+//! with a timeout, the others wait on (a caller with a short deadline never
+//! fails the others), and a call no job waits for any more is abandoned.
+//! So every job is answered by its deadline, with one timer per call.
 
 use super::command::{batch_cmd, key_of};
 use super::execute::{bad_reply, execute_batch};
@@ -88,8 +90,24 @@ impl From<RedisError> for LaneError {
 
 struct Job {
     ops: Vec<LaneOp>,
-    reply: oneshot::Sender<Replies>,
+    /// Taken when the job is answered early (its deadline passed while its
+    /// call ran); the job keeps its place so replies stay aligned.
+    reply: Option<oneshot::Sender<Replies>>,
     deadline: Instant,
+}
+
+impl Job {
+    /// Whether someone still waits for this job's answer.
+    fn waited_for(&self) -> bool {
+        self.reply.as_ref().is_some_and(|reply| !reply.is_closed())
+    }
+
+    fn answer(&mut self, replies: Replies) {
+        if let Some(reply) = self.reply.take() {
+            // A caller that gave up meanwhile no longer listens.
+            let _ = reply.send(replies);
+        }
+    }
 }
 
 /// The queue in front of one connection.
@@ -127,7 +145,7 @@ impl Lane {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             ops,
-            reply,
+            reply: Some(reply),
             deadline,
         };
         match self.queue.try_send(job) {
@@ -135,7 +153,9 @@ impl Lane {
             // A full queue (thousands waiting): wait for room, by the
             // deadline (the only per-request timer, and only here).
             Err(mpsc::error::TrySendError::Full(job)) => {
-                timeout_at(deadline, self.queue.send(job))
+                // Boxed: rare, and a timer would triple the size of every
+                // request's future.
+                Box::pin(timeout_at(deadline, self.queue.send(job)))
                     .await
                     .map_err(|_| LaneError::TimedOut)?
                     .map_err(|_| lane_closed())?;
@@ -154,31 +174,120 @@ fn lane_closed() -> LaneError {
     )))
 }
 
-/// Keeps the jobs still waited for and before their deadline (answering
-/// the late ones), and returns the earliest deadline left.
-fn keep_live(batch: &mut Vec<Job>) -> Option<Instant> {
+/// Removes the jobs no longer waited for or past their deadline, answering
+/// the late ones; whether any is left.
+fn keep_live(jobs: &mut Vec<Job>) -> bool {
     let now = Instant::now();
-    for late in batch.extract_if(.., |job| job.reply.is_closed() || job.deadline <= now) {
-        // A caller that gave up no longer listens; the others learn why.
-        let _ = late.reply.send(Err(LaneError::TimedOut));
+    for mut late in jobs.extract_if(.., |job| !job.waited_for() || job.deadline <= now) {
+        late.answer(Err(LaneError::TimedOut));
     }
-    batch.iter().map(|job| job.deadline).min()
+    !jobs.is_empty()
+}
+
+/// The jobs a lane holds: the next call's, taken from the queue while the
+/// current call runs, so their deadlines are kept too.
+struct Waiting {
+    jobs: mpsc::Receiver<Job>,
+    next: Vec<Job>,
+    /// Whether the queue may still bring jobs (some lane clone is alive).
+    open: bool,
+}
+
+impl Waiting {
+    fn new(jobs: mpsc::Receiver<Job>) -> Self {
+        Self {
+            jobs,
+            next: Vec::with_capacity(MAX_REQUESTS_PER_CALL),
+            open: true,
+        }
+    }
+
+    /// The next call's jobs (at most [`MAX_REQUESTS_PER_CALL`], still
+    /// waited for) into `batch`, waiting for the queue when none is held;
+    /// `false` once the queue is closed and drained.
+    async fn take(&mut self, batch: &mut Vec<Job>) -> bool {
+        loop {
+            if self.next.is_empty()
+                && (!self.open
+                    || self
+                        .jobs
+                        .recv_many(&mut self.next, MAX_REQUESTS_PER_CALL)
+                        .await
+                        == 0)
+            {
+                return false;
+            }
+            let n = self.next.len().min(MAX_REQUESTS_PER_CALL);
+            batch.extend(self.next.drain(..n));
+            if keep_live(batch) {
+                return true;
+            }
+        }
+    }
+
+    /// Waits for `call` while taking queued jobs in, answering with a
+    /// timeout each job (on the call or waiting) whose deadline passes
+    /// meanwhile: one timer, at the earliest deadline held. `None` once no
+    /// job on the call is waited for any more (the call is abandoned; the
+    /// connection discards its reply).
+    async fn await_call<F: Future>(&mut self, call: F, batch: &mut [Job]) -> Option<F::Output> {
+        let mut call = std::pin::pin!(call);
+        let earliest = |batch: &[Job], next: &[Job]| {
+            batch
+                .iter()
+                .filter(|job| job.waited_for())
+                .chain(next)
+                .map(|job| job.deadline)
+                .min()
+        };
+        let mut deadline = earliest(batch, &self.next)?;
+        let timer = tokio::time::sleep_until(deadline);
+        let mut timer = std::pin::pin!(timer);
+        loop {
+            let room = self.open && self.next.len() < QUEUE_DEPTH;
+            let held = self.next.len();
+            tokio::select! {
+                biased;
+                output = call.as_mut() => return Some(output),
+                n = self.jobs.recv_many(&mut self.next, MAX_REQUESTS_PER_CALL), if room => {
+                    self.open = n > 0;
+                    let arrived = self.next.get(held..).unwrap_or_default();
+                    if let Some(soonest) = arrived.iter().map(|job| job.deadline).min()
+                        && soonest < deadline
+                    {
+                        deadline = soonest;
+                        timer.as_mut().reset(deadline);
+                    }
+                }
+                () = timer.as_mut() => {
+                    let now = Instant::now();
+                    for job in batch.iter_mut().filter(|job| job.deadline <= now) {
+                        job.answer(Err(LaneError::TimedOut));
+                    }
+                    keep_live(&mut self.next);
+                    if !batch.iter().any(Job::waited_for) {
+                        return None;
+                    }
+                    deadline = earliest(batch, &self.next)?;
+                    timer.as_mut().reset(deadline);
+                }
+            }
+        }
+    }
 }
 
 /// The lane's task: one script call at a time, each carrying everything
 /// that queued meanwhile.
-async fn drive<C: ConnectionLike>(mut conn: C, mut jobs: mpsc::Receiver<Job>) {
+async fn drive<C: ConnectionLike>(mut conn: C, jobs: mpsc::Receiver<Job>) {
+    let mut waiting = Waiting::new(jobs);
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
-    while jobs.recv_many(&mut batch, MAX_REQUESTS_PER_CALL).await > 0 {
-        let Some(deadline) = keep_live(&mut batch) else {
-            continue;
-        };
+    while waiting.take(&mut batch).await {
         let (cmd, expected) = batch_of(batch.iter().flat_map(|job| job.ops.iter()));
-        let result = match timeout_at(deadline, execute_batch(&mut conn, &cmd, expected)).await {
-            Ok(result) => result.map_err(LaneError::from),
-            Err(_) => Err(LaneError::TimedOut),
-        };
-        deliver(&mut batch, result);
+        let call = execute_batch(&mut conn, &cmd, expected);
+        match waiting.await_call(call, &mut batch).await {
+            Some(result) => deliver(&mut batch, result.map_err(LaneError::from)),
+            None => batch.clear(),
+        }
     }
 }
 
@@ -188,18 +297,19 @@ fn deliver(batch: &mut Vec<Job>, result: Replies) {
     match result {
         Ok(replies) => {
             let mut rest = replies.as_slice();
-            for job in batch.drain(..) {
+            for mut job in batch.drain(..) {
                 let (own, tail) = rest
                     .split_at_checked(replies_len(&job.ops))
                     .unwrap_or((rest, &[]));
                 rest = tail;
-                // A caller that gave up meanwhile no longer listens.
-                let _ = job.reply.send(Ok(own.to_vec()));
+                if job.waited_for() {
+                    job.answer(Ok(own.to_vec()));
+                }
             }
         }
         Err(err) => {
-            for job in batch.drain(..) {
-                let _ = job.reply.send(Err(err.clone()));
+            for mut job in batch.drain(..) {
+                job.answer(Err(err.clone()));
             }
         }
     }
@@ -207,15 +317,13 @@ fn deliver(batch: &mut Vec<Job>, result: Replies) {
 
 /// The Cluster lane's task: everything queued, grouped by hash tag, one
 /// concurrent call per tag.
-async fn drive_cluster<C>(conn: C, mut jobs: mpsc::Receiver<Job>)
+async fn drive_cluster<C>(conn: C, jobs: mpsc::Receiver<Job>)
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
+    let mut waiting = Waiting::new(jobs);
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
-    while jobs.recv_many(&mut batch, MAX_REQUESTS_PER_CALL).await > 0 {
-        let Some(deadline) = keep_live(&mut batch) else {
-            continue;
-        };
+    while waiting.take(&mut batch).await {
         // (job, operation) positions per hash tag, in arrival order.
         let mut groups: HashMap<&[u8], Vec<(usize, usize)>> = HashMap::new();
         for (j, job) in batch.iter().enumerate() {
@@ -224,17 +332,25 @@ where
             }
         }
         let op = |(j, o): (usize, usize)| batch.get(j).and_then(|job| job.ops.get(o));
-        let calls = groups.into_values().map(|members| {
-            let (cmd, expected) = batch_of(members.iter().filter_map(|&at| op(at)));
+        let calls: Vec<_> = groups
+            .into_values()
+            .map(|members| {
+                let (cmd, expected) = batch_of(members.iter().filter_map(|&at| op(at)));
+                (members, cmd, expected)
+            })
+            .collect();
+        let calls = calls.into_iter().map(|(members, cmd, expected)| {
             let mut conn = conn.clone();
             async move { (members, execute_batch(&mut conn, &cmd, expected).await) }
         });
-        let Ok(results) = timeout_at(deadline, futures_util::future::join_all(calls)).await else {
-            for job in batch.drain(..) {
-                let _ = job.reply.send(Err(LaneError::TimedOut));
-            }
+        let Some(results) = waiting
+            .await_call(futures_util::future::join_all(calls), &mut batch)
+            .await
+        else {
+            batch.clear();
             continue;
         };
+        let op = |(j, o): (usize, usize)| batch.get(j).and_then(|job| job.ops.get(o));
         let mut replies: Vec<Vec<Option<Vec<i64>>>> =
             batch.iter().map(|job| vec![None; job.ops.len()]).collect();
         let mut failed: Vec<Option<RedisError>> = vec![None; batch.len()];
@@ -261,7 +377,10 @@ where
                 }
             }
         }
-        for ((job, own), err) in batch.drain(..).zip(replies).zip(failed) {
+        for ((mut job, own), err) in batch.drain(..).zip(replies).zip(failed) {
+            if !job.waited_for() {
+                continue;
+            }
             let answer = match err {
                 Some(err) => Err(LaneError::from(err)),
                 None => own
@@ -271,7 +390,7 @@ where
                     .map(|replies| replies.concat())
                     .map_err(LaneError::Redis),
             };
-            let _ = job.reply.send(answer);
+            job.answer(answer);
         }
     }
 }

@@ -253,10 +253,10 @@ impl RedisStore {
             .zip(&outcomes)
             .any(|(op, o)| o.over_limit && !op.id.is_candidate());
         if batch.stop_when_over && refused {
-            timeout_at(
+            Box::pin(timeout_at(
                 deadline,
                 take_back(connection, &batch.ops, &undos, &mut outcomes, now),
-            )
+            ))
             .await
             .map_err(|_| StoreError::Timeout)??;
         }
@@ -266,12 +266,26 @@ impl RedisStore {
 
 impl Store for RedisStore {
     async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        // One deadline for the whole request; the lane enforces it (one
-        // timer per script call, not one per request).
-        let deadline = Instant::now() + self.inner.config.timeout;
+        self.execute_within(batch, now, None).await
+    }
+
+    async fn execute_within(
+        &self,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        // One deadline for the whole request (`REDIS_TIMEOUT`, or the
+        // caller's when sooner); the lane enforces it (one timer per script
+        // call, not one per request).
+        let within = deadline.map_or(self.inner.config.timeout, |d| {
+            d.min(self.inner.config.timeout)
+        });
+        let deadline = Instant::now() + within;
         let connection = match self.inner.connection.load_full() {
             Some(connection) => connection,
-            None => timeout_at(deadline, self.connection())
+            // Boxed, as the other rare paths: a request's future stays small.
+            None => Box::pin(timeout_at(deadline, self.connection()))
                 .await
                 .map_err(|_| StoreError::Timeout)?,
         };
