@@ -128,7 +128,7 @@ impl<S: Store> Limiter<S> {
     /// # Errors
     ///
     /// As [`Limiter::should_rate_limit`]; a store that misses the deadline
-    /// is [`StoreError::Timeout`].
+    /// is [`StoreError::Timeout`](crate::store::StoreError::Timeout).
     pub async fn should_rate_limit_within(
         &self,
         request: &Request,
