@@ -14,11 +14,13 @@
 #   interleaving the four servers; medians per server of req/s, p99 and
 #   server CPU per request (utime + stime from /proc, floodgate alone and,
 #   for Redis, floodgate plus redis-server), and the ratios to both no-op
-#   servers (the issue's ratio is to the plain one, `ceiling`).
+#   servers (the issue's ratio is to the plain one, `ceiling`). CLUSTER=1
+#   adds floodgate on a 3-master Redis Cluster (all three nodes pinned to
+#   CPU 1 as well).
 #
 # Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
 # PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
-# OUT (a new temporary directory). Needs taskset,
+# CLUSTER (0), OUT (a new temporary directory). Needs taskset,
 # h2load, redis-server, curl, python3 and 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +33,7 @@ PROCS=${PROCS:-4}
 CONNS=${CONNS:-16}
 STREAMS=${STREAMS:-8}
 KEYS=${KEYS:-250000}
+CLUSTER=${CLUSTER:-0}
 OUT=${OUT:-$(mktemp -d -t floodgate-compare.XXXXXX)}
 METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 BIN=target/release
@@ -50,6 +53,18 @@ trap cleanup EXIT
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+low_free_port() { # a free port whose +10000 (a cluster node's bus port) is valid and free
+    python3 -c '
+import socket
+for _ in range(1000):
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+    if p + 10000 > 65535: continue
+    try:
+        b = socket.socket(); b.bind(("127.0.0.1", p + 10000)); print(p); break
+    except OSError: continue
+'
 }
 
 wait_for() { # wait_for COMMAND…: retry for up to 10 s
@@ -149,39 +164,65 @@ for store in memory redis; do
     PIDOF[$store]=$PID
     wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
 done
-for s in ceiling ceiling_tuned memory redis; do wait_for grpc_ok "${PORT[$s]}"; done
+SERVERS=(ceiling ceiling_tuned memory redis)
+STORE_PIDS=("$RPID")
+if [[ $CLUSTER == 1 ]]; then
+    nodes=()
+    for n in 0 1 2; do
+        p=$(low_free_port)
+        mkdir -p "$OUT/cluster-$n"
+        taskset -c "$SERVER_CPU" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
+            --cluster-enabled yes --cluster-config-file "$OUT/cluster-$n/nodes.conf" \
+            --dir "$OUT/cluster-$n" --logfile "$OUT/cluster-$n/redis.log" &
+        PIDS+=($!)
+        STORE_PIDS+=($!)
+        wait_for redis-cli -p "$p" PING
+        nodes+=("127.0.0.1:$p")
+    done
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$OUT/cluster-create.log"
+    wait_for bash -c "redis-cli -p ${nodes[0]#*:} CLUSTER INFO | grep -q cluster_state:ok"
+    PORT[cluster]=$(free_port)
+    http=$(free_port)
+    REDIS_TYPE=cluster start "$BIN/floodgate" serve --config-dir bench/config --store redis \
+        --redis-url "$(IFS=,; echo "${nodes[*]}")" --grpc-addr "127.0.0.1:${PORT[cluster]}" \
+        --http-addr "127.0.0.1:$http" --log-level warn
+    PIDOF[cluster]=$PID
+    wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
+    SERVERS+=(cluster)
+fi
+for s in "${SERVERS[@]}"; do wait_for grpc_ok "${PORT[$s]}"; done
 
 TICK=$(getconf CLK_TCK)
 echo "==> profile $PROFILE: $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
 printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\n' | tee "$OUT/rounds.tsv"
 for round in $(seq "$ROUNDS"); do
-    for s in ceiling ceiling_tuned memory redis; do
+    for s in "${SERVERS[@]}"; do
         h2 "${PORT[$s]}" "warm-$s" "$WARMUP" >/dev/null
-        c0=$(cpu_ticks "${PIDOF[$s]}") r0=$(cpu_ticks "$RPID")
+        c0=$(cpu_ticks "${PIDOF[$s]}") r0=$(cpu_ticks "${STORE_PIDS[@]}")
         read -r rate p99 done_ < <(h2 "${PORT[$s]}" "$s-$round" "$DURATION")
-        c1=$(cpu_ticks "${PIDOF[$s]}") r1=$(cpu_ticks "$RPID")
+        c1=$(cpu_ticks "${PIDOF[$s]}") r1=$(cpu_ticks "${STORE_PIDS[@]}")
         per=$(awk -v c=$((c1 - c0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
         with=$(awk -v c=$((c1 - c0 + r1 - r0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
-        [[ $s == redis ]] || with=-
+        [[ $s == redis || $s == cluster ]] || with=-
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$rate" "$p99" "$per" "$with" | tee -a "$OUT/rounds.tsv"
     done
 done
 
 echo "==> medians"
-python3 - "$OUT/rounds.tsv" <<'EOF'
+python3 - "$OUT/rounds.tsv" "${SERVERS[@]}" <<'EOF'
 import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
 med = {}
-servers = ("ceiling", "ceiling_tuned", "memory", "redis")
+servers = sys.argv[2:]
 for s in servers:
     r = [x for x in rows if x[1] == s]
     med[s] = [statistics.median(float(x[i]) for x in r) for i in (2, 3, 4)]
-    if s == "redis":
+    if s in ("redis", "cluster"):
         med[s].append(statistics.median(float(x[5]) for x in r))
 print("server\treq/s\tratio\tratio_to_tuned\tp99_ms\tcpu_us_per_req")
 for s in servers:
     rate, p99, cpu = med[s][:3]
-    extra = f" ({med[s][3]:.1f} with redis-server)" if s == "redis" else ""
+    extra = f" ({med[s][3]:.1f} with redis-server)" if s in ("redis", "cluster") else ""
     print(f"{s}\t{rate:.0f}\t{rate / med['ceiling'][0]:.2f}\t{rate / med['ceiling_tuned'][0]:.2f}"
           f"\t{p99:.2f}\t{cpu:.1f}{extra}")
 EOF
