@@ -38,8 +38,10 @@ use tokio::time::{Instant, timeout_at};
 /// next call. Bounds the size of a call and how long one script holds Redis.
 const MAX_REQUESTS_PER_CALL: usize = 128;
 
-/// Requests a lane queues before senders wait (back-pressure; the callers'
-/// deadlines bound the wait).
+/// Requests a lane's channel holds before senders wait. The lane drains it
+/// into its own list all the time (while a call runs too, so it can keep
+/// their deadlines): it fills only when the lane's task cannot run, and a
+/// sender then waits for room by its deadline.
 const QUEUE_DEPTH: usize = 4_096;
 
 /// One operation as the batch script takes it.
@@ -244,12 +246,13 @@ impl Waiting {
         let timer = tokio::time::sleep_until(deadline);
         let mut timer = std::pin::pin!(timer);
         loop {
-            let room = self.open && self.next.len() < QUEUE_DEPTH;
             let held = self.next.len();
             tokio::select! {
                 biased;
                 output = call.as_mut() => return Some(output),
-                n = self.jobs.recv_many(&mut self.next, MAX_REQUESTS_PER_CALL), if room => {
+                // No cap: every held job's deadline is kept, and expired
+                // jobs leave, so callers' deadlines bound the list.
+                n = self.jobs.recv_many(&mut self.next, MAX_REQUESTS_PER_CALL), if self.open => {
                     self.open = n > 0;
                     let arrived = self.next.get(held..).unwrap_or_default();
                     if let Some(soonest) = arrived.iter().map(|job| job.deadline).min()
