@@ -226,3 +226,23 @@ pub(super) async fn load_scripts<C: redis::aio::ConnectionLike>(conn: &mut C) ->
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{LANE_RUN, in_runs};
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn requests_take_the_lanes_in_runs() {
+        let next = AtomicUsize::new(0);
+        let picks: Vec<usize> = (0..4 * LANE_RUN).map(|_| in_runs(&next, 2)).collect();
+        let (first, rest) = picks.split_at(LANE_RUN);
+        let (second, rest) = rest.split_at(LANE_RUN);
+        assert!(first.iter().all(|&i| i == 0), "{picks:?}");
+        assert!(second.iter().all(|&i| i == 1), "{picks:?}");
+        assert!(rest.iter().take(LANE_RUN).all(|&i| i == 0), "{picks:?}");
+        // One lane (or none): always the first.
+        let next = AtomicUsize::new(0);
+        assert!((0..100).all(|_| in_runs(&next, 1) == 0 && in_runs(&next, 0) == 0));
+    }
+}
