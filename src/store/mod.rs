@@ -195,14 +195,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         now: UnixMillis,
         deadline: Option<Duration>,
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
-        async move {
-            match deadline {
-                Some(deadline) => tokio::time::timeout(deadline, self.execute(batch, now))
-                    .await
-                    .unwrap_or(Err(StoreError::Timeout)),
-                None => self.execute(batch, now).await,
-            }
-        }
+        within(deadline, self.execute(batch, now))
     }
 
     /// What every operation of `batch` would answer if executed at `now`,
@@ -289,20 +282,7 @@ impl StoreKind {
 
 impl Store for StoreKind {
     async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        match self {
-            Self::Memory(store) => store.execute(batch, now).await,
-            Self::Redis {
-                main,
-                per_second: None,
-            } => main.execute(batch, now).await,
-            // Boxed: two stores' calls at once make a future twice the size
-            // of one, and every request's future would carry that size
-            // (allocated and copied per request) for a rare setup.
-            Self::Redis {
-                main,
-                per_second: Some(second),
-            } => Box::pin(split_per_second(main, second, batch, now, false)).await,
-        }
+        self.execute_within(batch, now, None).await
     }
 
     async fn execute_within(
@@ -318,17 +298,15 @@ impl Store for StoreKind {
                 main,
                 per_second: None,
             } => main.execute_within(batch, now, deadline).await,
+            // Boxed: two stores' calls at once make a future twice the size
+            // of one, and every request's future would carry that size
+            // (allocated and copied per request) for a rare setup.
             Self::Redis {
                 main,
                 per_second: Some(second),
             } => {
                 let split = split_per_second(main, second, batch, now, false);
-                match deadline {
-                    Some(deadline) => Box::pin(tokio::time::timeout(deadline, split))
-                        .await
-                        .unwrap_or(Err(StoreError::Timeout)),
-                    None => Box::pin(split).await,
-                }
+                Box::pin(within(deadline, split)).await
             }
         }
     }
@@ -345,6 +323,19 @@ impl Store for StoreKind {
                 per_second: Some(second),
             } => split_per_second(main, second, batch.clone(), now, true).await,
         }
+    }
+}
+
+/// `call`, bounded by `deadline` (from now) when there is one.
+async fn within<T>(
+    deadline: Option<Duration>,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout(deadline, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout)),
+        None => call.await,
     }
 }
 

@@ -334,11 +334,10 @@ where
                 groups.entry(hash_tag(&op.cmd)).or_default().push((j, o));
             }
         }
-        let op = |(j, o): (usize, usize)| batch.get(j).and_then(|job| job.ops.get(o));
         let calls: Vec<_> = groups
             .into_values()
             .map(|members| {
-                let (cmd, expected) = batch_of(members.iter().filter_map(|&at| op(at)));
+                let (cmd, expected) = batch_of(members.iter().filter_map(|&at| op_at(&batch, at)));
                 (members, cmd, expected)
             })
             .collect();
@@ -353,7 +352,6 @@ where
             batch.clear();
             continue;
         };
-        let op = |(j, o): (usize, usize)| batch.get(j).and_then(|job| job.ops.get(o));
         let mut replies: Vec<Vec<Option<Vec<i64>>>> =
             batch.iter().map(|job| vec![None; job.ops.len()]).collect();
         let mut failed: Vec<Option<RedisError>> = vec![None; batch.len()];
@@ -363,7 +361,7 @@ where
                     // `execute_batch` checked the total length.
                     let mut rest = values.as_slice();
                     for (j, o) in members {
-                        let n = op((j, o)).map_or(0, |op| op.reply_len);
+                        let n = op_at(&batch, (j, o)).map_or(0, |op| op.reply_len);
                         let (value, tail) = rest.split_at_checked(n).unwrap_or((rest, &[]));
                         rest = tail;
                         if let Some(slot) = replies.get_mut(j).and_then(|r| r.get_mut(o)) {
@@ -396,6 +394,11 @@ where
             job.answer(answer);
         }
     }
+}
+
+/// Operation `o` of job `j`.
+fn op_at(batch: &[Job], (j, o): (usize, usize)) -> Option<&LaneOp> {
+    batch.get(j).and_then(|job| job.ops.get(o))
 }
 
 /// The bytes Redis hashes to place an operation's key: between its first

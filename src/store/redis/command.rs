@@ -142,7 +142,7 @@ pub(super) const fn algorithm_number(spec: &Spec) -> u8 {
 
 /// The bytes of a command's arguments (each operation's are all plain
 /// bytes; only SCAN-style commands carry other kinds).
-fn bytes_of(cmd: &redis::Cmd) -> impl Iterator<Item = &[u8]> {
+pub(super) fn bytes_of(cmd: &redis::Cmd) -> impl Iterator<Item = &[u8]> {
     cmd.args_iter().filter_map(|arg| match arg {
         redis::Arg::Simple(bytes) => Some(bytes),
         _ => None,

@@ -4,7 +4,7 @@
 //! turn it into the answer, so a peek answers exactly what the next call
 //! would.
 
-use super::command::algorithm_number;
+use super::command::{algorithm_number, bytes_of};
 use super::execute::{bad_reply, execute, outcome};
 use super::{RedisStore, scripts};
 use crate::algorithm::Outcome;
@@ -57,11 +57,7 @@ impl RedisStore {
 fn peek_cmd(algorithm: u8, cmd: &redis::Cmd) -> redis::Cmd {
     let mut peek = redis::cmd("EVALSHA");
     peek.arg(scripts::PEEK.get_hash()).arg(1);
-    let mut args = cmd.args_iter().filter_map(|arg| match arg {
-        redis::Arg::Simple(bytes) => Some(bytes),
-        // Only SCAN-style commands carry other kinds of argument.
-        _ => None,
-    });
+    let mut args = bytes_of(cmd);
     if let Some(key) = args.next() {
         peek.arg(key);
     }
