@@ -6,6 +6,7 @@
 mod support;
 
 mod cli;
+mod cluster;
 mod conformance;
 mod e2e;
 mod e2e_rlqs;

@@ -47,7 +47,7 @@ async fn serve(store: StoreKind, options: LimiterOptions) -> TestServer {
 }
 
 /// EVALSHA calls a Redis has served (INFO commandstats).
-fn evalsha_calls(server: &RedisServer) -> u64 {
+pub(crate) fn evalsha_calls(server: &RedisServer) -> u64 {
     let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
     stats
         .lines()

@@ -327,6 +327,78 @@ impl RedisCluster {
         })
     }
 
+    /// The node holding `key` (it must exist), by looking on each.
+    pub fn holder(&self, key: &str) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.cli(&["EXISTS", key]).is_some_and(|r| r.trim() == "1"))
+    }
+
+    /// The slot of `key`, as Redis computes it.
+    pub fn slot(&self, key: &str) -> u16 {
+        let nodes = self.nodes.first().unwrap();
+        nodes
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Starts moving `slot` from node `from` to node `to` as
+    /// `redis-cli --cluster reshard` does, and moves its keys; the slot
+    /// stays MIGRATING / IMPORTING until [`RedisCluster::finish_move`].
+    pub fn begin_move(&self, slot: u16, from: usize, to: usize) {
+        let slot = slot.to_string();
+        let id = |i: usize| {
+            self.nodes[i]
+                .cli(&["CLUSTER", "MYID"])
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        let (from_id, to_id) = (id(from), id(to));
+        let ok = |node: &RedisServer, args: &[&str]| {
+            let out = node.cli(args).unwrap_or_default();
+            assert!(
+                out.trim() == "OK" || out.trim() == "NOKEY",
+                "{args:?}: {out}"
+            );
+        };
+        ok(
+            &self.nodes[to],
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+        );
+        ok(
+            &self.nodes[from],
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
+        );
+        let keys = self.nodes[from]
+            .cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "1000"])
+            .unwrap();
+        let port = self.nodes[to].port.to_string();
+        for key in keys.lines().filter(|k| !k.is_empty()) {
+            ok(
+                &self.nodes[from],
+                &["MIGRATE", "127.0.0.1", &port, key, "0", "5000"],
+            );
+        }
+    }
+
+    /// Gives `slot` to node `to` on every node (the last step of a move).
+    pub fn finish_move(&self, slot: u16, to: usize) {
+        let slot = slot.to_string();
+        let to_id = self.nodes[to]
+            .cli(&["CLUSTER", "MYID"])
+            .unwrap()
+            .trim()
+            .to_owned();
+        for node in &self.nodes {
+            let out = node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+            assert_eq!(out.as_deref().map(str::trim), Some("OK"));
+        }
+    }
+
     /// Seed list in the `REDIS_URL` cluster form: `h1:p1,h2:p2,…`.
     pub fn seeds(&self) -> String {
         self.nodes

@@ -9,10 +9,9 @@
 //! and reads one reply for all of them. Each request is still one round
 //! trip, and its operations still run atomically inside one script.
 //!
-//! On a Cluster a script may only touch keys of one slot, so a lane's call
-//! becomes one batch-script call per hash tag (every operation on one
-//! counter shares its tag), sent concurrently and pipelined per node by the
-//! cluster client: requests on a hot key share one call, as on standalone.
+//! On a Cluster a lane's call becomes one call per node, sent concurrently
+//! (see [`cluster`]): requests on a hot key share one call, as on
+//! standalone, and so do requests on many keys one node serves.
 //!
 //! A request whose caller gave up, or whose deadline passed, before its turn
 //! is dropped from the queue and counts nothing.
@@ -26,11 +25,15 @@
 //! fails the others), and a call no job waits for any more is abandoned.
 //! So every job is answered by its deadline, with one timer per call.
 
-use super::command::{batch_cmd, key_of};
-use super::execute::{bad_reply, execute_batch};
+mod cluster;
+
+use super::command::{KeysIn, batch_cmd};
+use super::execute::execute_batch;
+use super::slots::SlotTable;
 use redis::RedisError;
 use redis::aio::ConnectionLike;
-use std::collections::HashMap;
+use redis::cluster_async::ClusterConnection;
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
 
@@ -59,9 +62,15 @@ pub(super) struct LaneOp {
 type Replies = Result<Vec<i64>, LaneError>;
 
 /// The batch command and the reply length of operations.
-fn batch_of<'a>(ops: impl Iterator<Item = &'a LaneOp> + Clone) -> (redis::Cmd, usize) {
+fn batch_of<'a>(
+    ops: impl Iterator<Item = &'a LaneOp> + Clone,
+    keys_in: KeysIn,
+) -> (redis::Cmd, usize) {
     let expected = ops.clone().map(|op| op.reply_len).sum();
-    (batch_cmd(ops.map(|op| (op.algorithm, &op.cmd))), expected)
+    (
+        batch_cmd(ops.map(|op| (op.algorithm, &op.cmd)), keys_in),
+        expected,
+    )
 }
 
 /// How many integers a request's operations reply, together.
@@ -131,13 +140,11 @@ impl Lane {
         Self { queue }
     }
 
-    /// A lane over a Cluster connection: one call per hash tag.
-    pub(super) fn spawn_cluster<C>(conn: C) -> Self
-    where
-        C: ConnectionLike + Clone + Send + Sync + 'static,
-    {
+    /// A lane over a Cluster connection: one call per node (`slots` tells
+    /// which node serves which slot), see [`cluster`].
+    pub(super) fn spawn_cluster(conn: ClusterConnection, slots: Arc<SlotTable>) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(drive_cluster(conn, jobs));
+        tokio::spawn(cluster::drive(conn, slots, jobs));
         Self { queue }
     }
 
@@ -285,7 +292,7 @@ async fn drive<C: ConnectionLike>(mut conn: C, jobs: mpsc::Receiver<Job>) {
     let mut waiting = Waiting::new(jobs);
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
     while waiting.take(&mut batch).await {
-        let (cmd, expected) = batch_of(batch.iter().flat_map(|job| job.ops.iter()));
+        let (cmd, expected) = batch_of(batch.iter().flat_map(|job| job.ops.iter()), KeysIn::Keys);
         let call = execute_batch(&mut conn, &cmd, expected);
         match waiting.await_call(call, &mut batch).await {
             Some(result) => deliver(&mut batch, result.map_err(LaneError::from)),
@@ -315,126 +322,5 @@ fn deliver(batch: &mut Vec<Job>, result: Replies) {
                 job.answer(Err(err.clone()));
             }
         }
-    }
-}
-
-/// The Cluster lane's task: everything queued, grouped by hash tag, one
-/// concurrent call per tag.
-async fn drive_cluster<C>(conn: C, jobs: mpsc::Receiver<Job>)
-where
-    C: ConnectionLike + Clone + Send + Sync,
-{
-    let mut waiting = Waiting::new(jobs);
-    let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
-    while waiting.take(&mut batch).await {
-        // (job, operation) positions per hash tag, in arrival order.
-        let mut groups: HashMap<&[u8], Vec<(usize, usize)>> = HashMap::new();
-        for (j, job) in batch.iter().enumerate() {
-            for (o, op) in job.ops.iter().enumerate() {
-                groups.entry(hash_tag(&op.cmd)).or_default().push((j, o));
-            }
-        }
-        let calls: Vec<_> = groups
-            .into_values()
-            .map(|members| {
-                let (cmd, expected) = batch_of(members.iter().filter_map(|&at| op_at(&batch, at)));
-                (members, cmd, expected)
-            })
-            .collect();
-        let calls = calls.into_iter().map(|(members, cmd, expected)| {
-            let mut conn = conn.clone();
-            async move { (members, execute_batch(&mut conn, &cmd, expected).await) }
-        });
-        let Some(results) = waiting
-            .await_call(futures_util::future::join_all(calls), &mut batch)
-            .await
-        else {
-            batch.clear();
-            continue;
-        };
-        let mut replies: Vec<Vec<Option<Vec<i64>>>> =
-            batch.iter().map(|job| vec![None; job.ops.len()]).collect();
-        let mut failed: Vec<Option<RedisError>> = vec![None; batch.len()];
-        for (members, result) in results {
-            match result {
-                Ok(values) => {
-                    // `execute_batch` checked the total length.
-                    let mut rest = values.as_slice();
-                    for (j, o) in members {
-                        let n = op_at(&batch, (j, o)).map_or(0, |op| op.reply_len);
-                        let (value, tail) = rest.split_at_checked(n).unwrap_or((rest, &[]));
-                        rest = tail;
-                        if let Some(slot) = replies.get_mut(j).and_then(|r| r.get_mut(o)) {
-                            *slot = Some(value.to_vec());
-                        }
-                    }
-                }
-                Err(err) => {
-                    for (j, _) in members {
-                        if let Some(slot) = failed.get_mut(j) {
-                            *slot = Some(err.clone());
-                        }
-                    }
-                }
-            }
-        }
-        for ((mut job, own), err) in batch.drain(..).zip(replies).zip(failed) {
-            if !job.waited_for() {
-                continue;
-            }
-            let answer = match err {
-                Some(err) => Err(LaneError::from(err)),
-                None => own
-                    .into_iter()
-                    .map(|r| r.ok_or_else(|| bad_reply("operation without reply".to_owned())))
-                    .collect::<Result<Vec<Vec<i64>>, _>>()
-                    .map(|replies| replies.concat())
-                    .map_err(LaneError::Redis),
-            };
-            job.answer(answer);
-        }
-    }
-}
-
-/// Operation `o` of job `j`.
-fn op_at(batch: &[Job], (j, o): (usize, usize)) -> Option<&LaneOp> {
-    batch.get(j).and_then(|job| job.ops.get(o))
-}
-
-/// The bytes Redis hashes to place an operation's key: between its first
-/// `{` and the next `}` when non-empty, else the whole key. Equal tags,
-/// equal slots.
-fn hash_tag(cmd: &redis::Cmd) -> &[u8] {
-    let key = key_of(cmd);
-    key.iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = key.get(open + 1..)?;
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| rest.get(..close)).flatten()
-        })
-        .unwrap_or(key)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hash_tag;
-
-    fn op(key: &str) -> redis::Cmd {
-        let mut cmd = redis::Cmd::new();
-        cmd.arg(key).arg(5);
-        cmd
-    }
-
-    #[test]
-    fn hash_tags_follow_redis_rules() {
-        assert_eq!(hash_tag(&op("p:{d|k=v}f60:0")), b"d|k=v");
-        assert_eq!(hash_tag(&op("{d|k=v}s1:0")), b"d|k=v");
-        // An empty tag or none: the whole key is hashed.
-        assert_eq!(hash_tag(&op("{}x")), b"{}x");
-        assert_eq!(hash_tag(&op("plain")), b"plain");
-        assert_eq!(hash_tag(&op("a{b")), b"a{b");
-        // Only the first '{' counts.
-        assert_eq!(hash_tag(&op("{a}{b}")), b"a");
     }
 }

@@ -5,13 +5,16 @@
 use super::coalesce::Lane;
 use super::config::{RedisConfig, RedisMode, connection_info, redact};
 use super::scripts;
+use super::slots::SlotTable;
 use crate::store::StoreError;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, ConnectionInfo, RedisError, RedisResult};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use tracing::warn;
 
 pub(super) enum Connection {
     Pool(Pool),
@@ -119,8 +122,16 @@ pub(super) async fn open(config: &RedisConfig) -> Result<Connection, StoreError>
             }
             let client = builder.build()?;
             let conn = client.get_async_connection().await?;
+            // Every master gets the scripts up front (SCRIPT LOAD goes to
+            // all), so the first requests do not pay for it.
+            load_scripts(&mut conn.clone()).await?;
+            let slots = Arc::new(SlotTable::new());
+            if let Err(err) = slots.read_now(&mut conn.clone()).await {
+                // Served per hash tag until a lane's refresh reads it.
+                warn!(error = %err, "could not read the Cluster's slot table");
+            }
             let lanes = (0..config.pool_size.max(1))
-                .map(|_| Lane::spawn_cluster(conn.clone()))
+                .map(|_| Lane::spawn_cluster(conn.clone(), Arc::clone(&slots)))
                 .collect();
             Ok(Connection::Cluster(Cluster {
                 conn,

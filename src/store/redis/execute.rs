@@ -11,7 +11,10 @@ use crate::algorithm::sliding_log::WindowProbe;
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::store::Op;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, RedisResult};
+use tracing::debug;
 
 /// Undoes the counted operations of a batch refused as a whole.
 pub(super) async fn take_back(
@@ -145,6 +148,45 @@ pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
         other => other?,
     };
     flat_integers(&value, expected)
+}
+
+/// Runs one node-batch call on the node serving `slot`, loading the
+/// scripts once on NOSCRIPT. `None` when the node does not serve every
+/// key: the script then wrote nothing (see `node_batch.lua`).
+pub(super) async fn execute_node_batch(
+    conn: &mut ClusterConnection,
+    cmd: &redis::Cmd,
+    slot: u16,
+    expected: usize,
+) -> RedisResult<Option<Vec<i64>>> {
+    let routing = || {
+        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+            slot,
+            SlotAddr::Master,
+        )))
+    };
+    // A routed command's server error comes back as a value.
+    let routed = async |conn: &mut ClusterConnection| match conn
+        .route_command(cmd.clone(), routing())
+        .await?
+    {
+        redis::Value::ServerError(err) => Err(RedisError::from(err)),
+        value => Ok(value),
+    };
+    let value = match routed(conn).await {
+        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            load_scripts(conn).await?;
+            routed(conn).await?
+        }
+        other => other?,
+    };
+    match value {
+        redis::Value::SimpleString(status) if status.starts_with("NOTLOCAL") => {
+            debug!(%status, "a node call met a key its node does not serve; sending per hash tag");
+            Ok(None)
+        }
+        value => flat_integers(&value, expected).map(Some),
+    }
 }
 
 /// The batch script's flat reply: exactly `expected` integers; any other

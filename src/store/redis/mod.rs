@@ -6,8 +6,9 @@
 //! over-admit. All operations of one request go out together, and with them
 //! those of every request that queued meanwhile (`coalesce`): one batch
 //! script call per connection write on standalone and Sentinel; on a
-//! Cluster, one call per hash tag, concurrent and pipelined per node by the
-//! cluster client. Connections are multiplexed and shared by all requests.
+//! Cluster, one call per node (its keys checked to be served there before
+//! anything is written), all sent at once. Connections are multiplexed and
+//! shared by all requests.
 //!
 //! The store knows counters, windows and limits, never descriptors.
 
@@ -20,6 +21,7 @@ mod keys;
 mod peek;
 mod rlqs;
 mod scripts;
+mod slots;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
 

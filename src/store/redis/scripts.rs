@@ -65,45 +65,66 @@ return algorithms[tonumber(ARGV[1])]({KEYS[1]}, args)
 ";
 
 /// `scripts/batch.lua` with the four algorithm scripts inserted as
-/// functions: every operation of a request in one call.
-pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+/// functions: every operation of a request in one call. Its operations'
+/// keys are the call's KEYS, so they share one slot on a Cluster.
+pub(crate) static BATCH: LazyLock<Script> =
+    LazyLock::new(|| batch_script(include_str!("scripts/batch.lua"), "return run(KEYS, 1)\n"));
+
+/// `scripts/node_batch.lua`: the batch script for the operations of many
+/// slots that one Cluster node serves. Their keys are arguments (a call's
+/// KEYS must share a slot), and every one is checked to be served here
+/// before anything is written.
+pub(crate) static NODE_BATCH: LazyLock<Script> = LazyLock::new(|| {
+    batch_script(
+        include_str!("scripts/batch.lua"),
+        include_str!("scripts/node_batch.lua"),
+    )
+});
+
+/// A batch script: `header`, the four algorithm scripts as functions, the
+/// loop over operations (`run`), then `main`.
+fn batch_script(header: &str, main: &str) -> Script {
     let function =
         |name: &str, body: &str| format!("local function {name}(KEYS, ARGV)\n{body}\nend\n");
     let source = [
-        include_str!("scripts/batch.lua").to_owned(),
+        header.to_owned(),
         function("fixed_window", include_str!("scripts/fixed_window.lua")),
         function("sliding_window", include_str!("scripts/sliding_window.lua")),
         function("sliding_log", include_str!("scripts/sliding_log.lua")),
         function("gcra", include_str!("scripts/gcra.lua")),
-        BATCH_DISPATCH.to_owned(),
+        BATCH_RUN.to_owned(),
+        main.to_owned(),
     ]
     .concat();
     Script::new(&source)
-});
+}
 
-/// The batch script's loop over the operations.
-const BATCH_DISPATCH: &str = r"
+/// The batch scripts' loop over the operations: operation `i` on
+/// `keys[i]`, its algorithm, argument count and arguments read from ARGV
+/// from position `at` on.
+const BATCH_RUN: &str = r"
 local algorithms = {fixed_window, sliding_window, sliding_log, gcra}
-local replies = {}
-local at = 1
-for i = 1, #KEYS do
-  local algorithm = algorithms[tonumber(ARGV[at])]
-  local n = tonumber(ARGV[at + 1])
-  -- unpack copies the operation's arguments in C, not in a Lua loop.
-  local args = {unpack(ARGV, at + 2, at + 1 + n)}
-  at = at + 2 + n
-  -- One flat reply (each operation's integers, one after the other): one
-  -- array for the client to read, not one per operation; no lengths, as
-  -- floodgate knows them (fewer values to send and parse).
-  local reply = algorithm({KEYS[i]}, args)
-  for j = 1, #reply do
-    replies[#replies + 1] = reply[j]
+local function run(keys, at)
+  local replies = {}
+  for i = 1, #keys do
+    local algorithm = algorithms[tonumber(ARGV[at])]
+    local n = tonumber(ARGV[at + 1])
+    -- unpack copies the operation's arguments in C, not in a Lua loop.
+    local args = {unpack(ARGV, at + 2, at + 1 + n)}
+    at = at + 2 + n
+    -- One flat reply (each operation's integers, one after the other): one
+    -- array for the client to read, not one per operation; no lengths, as
+    -- floodgate knows them (fewer values to send and parse).
+    local reply = algorithm({keys[i]}, args)
+    for j = 1, #reply do
+      replies[#replies + 1] = reply[j]
+    end
   end
+  return replies
 end
-return replies
 ";
 
 /// Every script, for loading them all after a NOSCRIPT reply.
-pub(crate) fn all() -> [&'static Script; 4] {
-    [&TAKE_BACK, &TAKE_BACK_LOG, &BATCH, &PEEK]
+pub(crate) fn all() -> [&'static Script; 5] {
+    [&TAKE_BACK, &TAKE_BACK_LOG, &BATCH, &NODE_BATCH, &PEEK]
 }

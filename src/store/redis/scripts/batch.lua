@@ -1,6 +1,7 @@
 -- Every operation of the requests that share one connection write in one
 -- script call (standalone and Sentinel, where one script may touch any keys;
--- on a Cluster, the operations of one hash tag, so one slot).
+-- on a Cluster, the operations of one hash tag, so one slot, when they are
+-- not sent per node by node_batch.lua, which runs the same loop).
 --
 -- The body of each algorithm's script is inserted below as a local function
 -- taking (KEYS, ARGV), so its contract is exactly its own script's.

@@ -1,0 +1,261 @@
+//! Which Cluster node serves each slot, as floodgate last read it
+//! (`CLUSTER SLOTS`): the Cluster lanes group their operations by node with
+//! it, so one script call carries the operations of every hash tag a node
+//! serves.
+//!
+//! The table only groups; it never decides where a write lands. A call is
+//! routed by the slot of its first key (the cluster client's own map), and
+//! the node batch script checks that it serves every key before it writes
+//! anything. So a stale table costs a second round trip for the operations
+//! concerned (sent per hash tag instead, as the client routes them), never a
+//! wrong or partial count; and it marks the table for a refresh.
+
+use arc_swap::ArcSwapOption;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{RedisError, RedisResult, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// Slots in a Redis Cluster.
+const SLOT_COUNT: u16 = 16_384;
+pub(super) const SLOTS: usize = SLOT_COUNT as usize;
+
+/// Least time between two reads of the table: a moving slot is read again
+/// soon, a flapping one does not turn every call into a `CLUSTER SLOTS`.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// The node of each slot: a small number per node, `None` where no node
+/// serves the slot (or none did when the table was read).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Owners {
+    node: Box<[Option<u16>]>,
+}
+
+impl Owners {
+    /// The node serving `slot`, if the table knows one.
+    pub(super) fn of(&self, slot: u16) -> Option<u16> {
+        self.node.get(usize::from(slot)).copied().flatten()
+    }
+
+    /// Reads a `CLUSTER SLOTS` reply: `[start, end, [host, port, id…],
+    /// replicas…]` per range. A node is known by its id when the reply
+    /// carries one (it survives an address change), else by its address.
+    pub(super) fn parse(reply: &Value) -> Option<Self> {
+        let Value::Array(ranges) = reply else {
+            return None;
+        };
+        let mut node = vec![None; SLOTS].into_boxed_slice();
+        let mut names: HashMap<Vec<u8>, u16> = HashMap::new();
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                return None;
+            };
+            let name = node_name(master)?;
+            let next = u16::try_from(names.len()).ok()?;
+            let index = *names.entry(name).or_insert(next);
+            let start = usize::try_from(*start).ok()?;
+            let end = usize::try_from(*end).ok()?;
+            for owner in node.get_mut(start..=end)? {
+                *owner = Some(index);
+            }
+        }
+        Some(Self { node })
+    }
+}
+
+/// A master's name in a `CLUSTER SLOTS` entry: its id, else `host:port`.
+fn node_name(master: &[Value]) -> Option<Vec<u8>> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(bytes.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        Value::Int(n) => Some(n.to_string().into_bytes()),
+        _ => None,
+    };
+    if let Some(id) = master.get(2).and_then(text).filter(|id| !id.is_empty()) {
+        return Some(id);
+    }
+    let mut name = text(master.first()?)?;
+    name.push(b':');
+    name.extend(text(master.get(1)?)?);
+    Some(name)
+}
+
+/// The slot of a key's hash tag (`hash_tag`): CRC16 (XMODEM) modulo
+/// [`SLOTS`], as Redis computes it.
+pub(super) fn slot_of(tag: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(tag) % SLOT_COUNT
+}
+
+/// The table the lanes of one Cluster connection share, and its refresh.
+#[derive(Debug)]
+pub(super) struct SlotTable {
+    owners: ArcSwapOption<Owners>,
+    /// A call found the table wrong (or it could not be read).
+    stale: AtomicBool,
+    /// A read is under way.
+    refreshing: AtomicBool,
+    last_read: parking_lot::Mutex<Option<Instant>>,
+}
+
+impl SlotTable {
+    /// An empty table, to be read: until then every operation goes per
+    /// hash tag.
+    pub(super) fn new() -> Self {
+        Self {
+            owners: ArcSwapOption::empty(),
+            stale: AtomicBool::new(true),
+            refreshing: AtomicBool::new(false),
+            last_read: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The table as last read.
+    pub(super) fn owners(&self) -> Option<Arc<Owners>> {
+        self.owners.load_full()
+    }
+
+    /// Notes that a call found the table wrong: the next
+    /// [`SlotTable::refresh_if_stale`] reads it again.
+    pub(super) fn mark_stale(&self) {
+        self.stale.store(true, Ordering::Relaxed);
+    }
+
+    /// Starts reading the table again in the background when it is stale,
+    /// no read is under way and the last began at least [`REFRESH_EVERY`]
+    /// ago. Never waits: requests go on with the table they have.
+    pub(super) fn refresh_if_stale(self: &Arc<Self>, conn: &ClusterConnection) {
+        if !self.stale.load(Ordering::Relaxed) || self.refreshing.swap(true, Ordering::Acquire) {
+            return;
+        }
+        {
+            let mut last = self.last_read.lock();
+            let now = Instant::now();
+            if last.is_some_and(|at| now.duration_since(at) < REFRESH_EVERY) {
+                self.refreshing.store(false, Ordering::Release);
+                return;
+            }
+            *last = Some(now);
+        }
+        let table = Arc::clone(self);
+        let mut conn = conn.clone();
+        tokio::spawn(async move {
+            table.stale.store(false, Ordering::Relaxed);
+            if let Err(err) = table.read(&mut conn).await {
+                table.stale.store(true, Ordering::Relaxed);
+                warn!(error = %err, "could not read the Cluster's slot table; operations go per hash tag meanwhile");
+            }
+            table.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    /// Reads the table now; it is fresh when that succeeds.
+    pub(super) async fn read_now(&self, conn: &mut ClusterConnection) -> RedisResult<()> {
+        self.read(conn).await?;
+        self.stale.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reads the table (`CLUSTER SLOTS` on any node).
+    async fn read(&self, conn: &mut ClusterConnection) -> RedisResult<()> {
+        let reply = conn
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await?;
+        let owners = Owners::parse(&reply).ok_or_else(|| {
+            RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "unexpected CLUSTER SLOTS reply",
+            ))
+        })?;
+        debug!("read the Cluster's slot table");
+        self.owners.store(Some(Arc::new(owners)));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Owners, SLOTS, slot_of};
+    use redis::Value;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn range(start: i64, end: i64, host: &str, port: i64, id: Option<&str>) -> Value {
+        let mut master = vec![bulk(host), Value::Int(port)];
+        master.extend(id.map(bulk));
+        Value::Array(vec![
+            Value::Int(start),
+            Value::Int(end),
+            Value::Array(master),
+            // A replica: ignored.
+            Value::Array(vec![bulk(host), Value::Int(port + 1), bulk("replica")]),
+        ])
+    }
+
+    #[test]
+    fn slots_are_the_ones_redis_computes() {
+        // Values from CLUSTER KEYSLOT.
+        assert_eq!(slot_of(b"foo"), 12_182);
+        assert_eq!(slot_of(b"bar"), 5_061);
+        assert_eq!(slot_of(b""), 0);
+        assert!((0..1_000).all(|i| usize::from(slot_of(format!("k{i}").as_bytes())) < SLOTS));
+    }
+
+    #[test]
+    fn the_table_maps_each_range_to_its_master() {
+        let reply = Value::Array(vec![
+            range(0, 5_460, "127.0.0.1", 7000, Some("a")),
+            range(5_461, 10_922, "127.0.0.1", 7001, Some("b")),
+            range(10_923, 16_000, "127.0.0.1", 7002, Some("c")),
+            // Two ranges of one node share its number.
+            range(16_001, 16_383, "127.0.0.1", 7000, Some("a")),
+        ]);
+        let owners = Owners::parse(&reply).unwrap();
+        assert_eq!(owners.of(0), owners.of(5_460));
+        assert_ne!(owners.of(5_460), owners.of(5_461));
+        assert_ne!(owners.of(10_922), owners.of(10_923));
+        assert_eq!(owners.of(0), owners.of(16_383));
+        assert!(owners.of(0).is_some());
+        // Out of range: unknown, not a panic.
+        assert_eq!(owners.of(16_384), None);
+    }
+
+    #[test]
+    fn nodes_without_an_id_are_known_by_address_and_gaps_by_none() {
+        let reply = Value::Array(vec![
+            range(0, 99, "10.0.0.1", 7000, None),
+            range(200, 299, "10.0.0.1", 7000, None),
+            range(300, 399, "10.0.0.2", 7000, None),
+        ]);
+        let owners = Owners::parse(&reply).unwrap();
+        assert_eq!(owners.of(0), owners.of(250));
+        assert_ne!(owners.of(0), owners.of(300));
+        assert_eq!(owners.of(150), None);
+        assert_eq!(owners.of(16_383), None);
+    }
+
+    #[test]
+    fn a_reply_of_another_shape_is_refused() {
+        assert_eq!(Owners::parse(&Value::Int(1)), None);
+        assert_eq!(Owners::parse(&Value::Array(vec![Value::Int(1)])), None);
+        // A range past the last slot.
+        let reply = Value::Array(vec![range(0, 16_384, "h", 1, Some("a"))]);
+        assert_eq!(Owners::parse(&reply), None);
+        let reply = Value::Array(vec![range(-1, 3, "h", 1, Some("a"))]);
+        assert_eq!(Owners::parse(&reply), None);
+    }
+}
