@@ -64,7 +64,7 @@ type Replies = Result<Vec<i64>, LaneError>;
 /// The batch command and the reply length of operations.
 fn batch_of<'a>(
     ops: impl Iterator<Item = &'a LaneOp> + Clone,
-    keys_in: KeysIn,
+    keys_in: KeysIn<'_>,
 ) -> (redis::Cmd, usize) {
     let expected = ops.clone().map(|op| op.reply_len).sum();
     (

@@ -156,37 +156,49 @@ pub(super) fn key_of(cmd: &redis::Cmd) -> &[u8] {
 
 /// Where a batch call carries its operations' keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum KeysIn {
+pub(super) enum KeysIn<'a> {
     /// As the call's KEYS (the batch script): one slot on a Cluster.
     Keys,
-    /// As arguments (the node batch script): any slots one node serves.
-    Args,
+    /// As arguments (the node batch script): any slots one node serves,
+    /// with one probe key per slot the node must serve stably (see
+    /// `node_batch.lua`).
+    Args { probes: &'a [Vec<u8>] },
 }
 
 /// One batch-script call for operations (`key args…` each): their keys
-/// (as KEYS, or as arguments after their count), then for each its
-/// algorithm number, argument count and arguments.
+/// (as KEYS, or as arguments after their count and the probes' count,
+/// followed by the probes), then for each its algorithm number, argument
+/// count and arguments.
 pub(super) fn batch_cmd<'a>(
     ops: impl Iterator<Item = (u8, &'a redis::Cmd)> + Clone,
-    keys_in: KeysIn,
+    keys_in: KeysIn<'_>,
 ) -> redis::Cmd {
     let (count, args, bytes) = ops
         .clone()
-        .fold((0, 4, 56), |(count, args, bytes), (_, op)| {
+        .fold((0, 5, 64), |(count, args, bytes), (_, op)| {
             let len: usize = bytes_of(op).map(<[u8]>::len).sum();
             (count + 1, args + op.args_iter().len() + 2, bytes + len + 8)
         });
     let mut cmd = redis::Cmd::with_capacity(args, bytes);
+    cmd.arg("EVALSHA");
     match keys_in {
-        KeysIn::Keys => cmd.arg("EVALSHA").arg(scripts::BATCH.get_hash()).arg(count),
-        KeysIn::Args => cmd
-            .arg("EVALSHA")
-            .arg(scripts::NODE_BATCH.get_hash())
-            .arg(0)
-            .arg(count),
-    };
+        KeysIn::Keys => {
+            cmd.arg(scripts::BATCH.get_hash()).arg(count);
+        }
+        KeysIn::Args { probes } => {
+            cmd.arg(scripts::NODE_BATCH.get_hash())
+                .arg(0)
+                .arg(count)
+                .arg(probes.len());
+        }
+    }
     for (_, op) in ops.clone() {
         cmd.arg(key_of(op));
+    }
+    if let KeysIn::Args { probes } = keys_in {
+        for probe in probes {
+            cmd.arg(probe.as_slice());
+        }
     }
     for (algorithm, op) in ops {
         cmd.arg(algorithm)

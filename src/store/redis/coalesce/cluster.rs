@@ -3,10 +3,11 @@
 //!
 //! A call's declared keys must share a slot, so a node's call carries its
 //! keys as arguments (`node_batch.lua`) and checks, before writing
-//! anything, that the node serves every one. Where floodgate's slot table
-//! was wrong (a slot moved, or is moving), that call writes nothing and its
-//! operations go again, per hash tag, routed and redirected by the cluster
-//! client: a second round trip for them, never a lost or doubled count.
+//! anything, that the node serves each of its slots and is not moving it
+//! (one probe key per slot). Where floodgate's slot table was wrong (a slot
+//! moved, or is moving), that call writes nothing and its operations go
+//! again, per hash tag, routed and redirected by the cluster client: a
+//! second round trip for them, never a lost or doubled count.
 //! Operations of one hash tag only, or of a slot the table does not know,
 //! go per hash tag from the start (the plain batch script, keys declared).
 
@@ -29,7 +30,8 @@ type At = (usize, usize);
 struct Call {
     /// The operations it carries, in arrival order.
     members: Vec<At>,
-    keys_in: KeysIn,
+    /// A node call (`node_batch.lua`), else a call for one hash tag.
+    node: bool,
     /// The slot of its first key: the call goes to the node serving it.
     slot: u16,
 }
@@ -80,7 +82,7 @@ fn plan(ops: &[Vec<LaneOp>], owners: Option<&Owners>) -> Vec<Call> {
             let (call, first_tag, one_tag) = nodes.entry(node).or_insert_with(|| {
                 let call = Call {
                     members: Vec::new(),
-                    keys_in: KeysIn::Args,
+                    node: true,
                     slot,
                 };
                 (call, tag, true)
@@ -91,10 +93,8 @@ fn plan(ops: &[Vec<LaneOp>], owners: Option<&Owners>) -> Vec<Call> {
     }
     let mut calls = Vec::with_capacity(nodes.len());
     for (mut call, _, one_tag) in nodes.into_values() {
-        if one_tag {
-            // One slot: the plain batch script, its keys declared.
-            call.keys_in = KeysIn::Keys;
-        }
+        // One slot: the plain batch script, its keys declared.
+        call.node = !one_tag;
         calls.push(call);
     }
     calls.extend(per_tag(ops, unplaced));
@@ -112,7 +112,7 @@ fn per_tag(ops: &[Vec<LaneOp>], members: Vec<At>) -> Vec<Call> {
         tags.entry(tag)
             .or_insert_with(|| Call {
                 members: Vec::new(),
-                keys_in: KeysIn::Keys,
+                node: false,
                 slot: slot_of(tag),
             })
             .members
@@ -163,14 +163,43 @@ async fn send(
     call: Call,
 ) -> (Vec<At>, RedisResult<Option<Vec<i64>>>) {
     let members = call.members.iter().filter_map(|&at| op_at(ops, at));
-    let (cmd, expected) = batch_of(members, call.keys_in);
     let mut conn = conn.clone();
-    let result = match call.keys_in {
-        KeysIn::Keys => execute_batch(&mut conn, &cmd, expected).await.map(Some),
-        KeysIn::Args => execute_node_batch(&mut conn, &cmd, call.slot, expected).await,
+    let result = if call.node {
+        let probes = probe_keys(members.clone());
+        let (cmd, expected) = batch_of(members, KeysIn::Args { probes: &probes });
+        execute_node_batch(&mut conn, &cmd, call.slot, expected).await
+    } else {
+        let (cmd, expected) = batch_of(members, KeysIn::Keys);
+        execute_batch(&mut conn, &cmd, expected).await.map(Some)
     };
     (call.members, result)
 }
+
+/// A node call's probe keys: one per slot of its operations, a key of
+/// that slot that never exists (the hash tag and a suffix no counter key
+/// has). An operation whose key has no hash tag is its own slot's probe.
+fn probe_keys<'a>(ops: impl Iterator<Item = &'a LaneOp>) -> Vec<Vec<u8>> {
+    let mut slots: Vec<u16> = Vec::new();
+    let mut probes = Vec::new();
+    for op in ops {
+        let key = key_of(&op.cmd);
+        let tag = hash_tag(&op.cmd);
+        let slot = slot_of(tag);
+        if slots.contains(&slot) {
+            continue;
+        }
+        slots.push(slot);
+        probes.push(if tag.len() == key.len() {
+            key.to_vec()
+        } else {
+            [b"{", tag, b"}", PROBE_SUFFIX].concat()
+        });
+    }
+    probes
+}
+
+/// The suffix of probe keys: no counter key ends its hash tag with it.
+const PROBE_SUFFIX: &[u8] = b"floodgate:slot-probe";
 
 /// Hands each job its operations' replies, in order; a job with an
 /// operation in a failed call gets that call's error.
@@ -240,7 +269,7 @@ fn hash_tag(cmd: &redis::Cmd) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use super::{KeysIn, LaneOp, hash_tag, plan};
+    use super::{LaneOp, hash_tag, plan, probe_keys};
     use crate::store::redis::slots::{Owners, slot_of};
 
     fn op(key: &str) -> redis::Cmd {
@@ -312,7 +341,7 @@ mod tests {
             .collect();
         assert_eq!(seen, all, "every operation once");
         for call in &calls {
-            assert_eq!(call.keys_in, KeysIn::Args);
+            assert!(call.node);
             let node = owners.of(call.slot);
             for &(j, o) in &call.members {
                 let tag = hash_tag(&batch[j][o].cmd);
@@ -328,17 +357,41 @@ mod tests {
     }
 
     #[test]
+    fn probes_are_one_missing_key_per_slot_in_that_slot() {
+        let ops = job(&["p:{a}f60:1", "p:{a}f3600:0", "{b}s1:0", "plain"]);
+        let probes = probe_keys(ops.iter());
+        let text: Vec<String> = probes
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "{a}floodgate:slot-probe",
+                "{b}floodgate:slot-probe",
+                "plain"
+            ]
+        );
+        for (probe, key) in probes.iter().zip(["{a}x", "{b}x", "plain"]) {
+            assert_eq!(
+                slot_of(hash_tag(&op(std::str::from_utf8(probe).unwrap()))),
+                slot_of(hash_tag(&op(key)))
+            );
+        }
+    }
+
+    #[test]
     fn one_tag_or_no_table_goes_per_tag_with_keys_declared() {
         let batch = vec![job(&["{hot}a", "{hot}b"]), job(&["{hot}a"])];
         let calls = plan(&batch, Some(&two_nodes()));
         assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0].keys_in, KeysIn::Keys);
+        assert!(!calls[0].node);
         assert_eq!(calls[0].slot, slot_of(b"hot"));
         // Without a table: one call per tag.
         let batch = vec![job(&["{a}x", "{b}x"]), job(&["{a}y"])];
         let calls = plan(&batch, None);
         assert_eq!(calls.len(), 2);
-        assert!(calls.iter().all(|c| c.keys_in == KeysIn::Keys));
+        assert!(calls.iter().all(|c| !c.node));
         let mut sizes: Vec<usize> = calls.iter().map(|c| c.members.len()).collect();
         sizes.sort_unstable();
         assert_eq!(sizes, [1, 2]);
