@@ -16,11 +16,14 @@
 #   for Redis, floodgate plus redis-server), and the ratios to both no-op
 #   servers (the issue's ratio is to the plain one, `ceiling`). CLUSTER=1
 #   adds floodgate on a 3-master Redis Cluster (all three nodes pinned to
-#   CPU 1 as well).
+#   CPU 1 as well). STORES picks floodgate's stores (default: memory redis,
+#   and cluster with CLUSTER=1). BASELINE=path/to/another/floodgate adds
+#   that binary on each of those stores as `<store>_base`, in the same
+#   rounds: an A/B of two builds in one run.
 #
 # Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
 # PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
-# CLUSTER (0), OUT (a new temporary directory). Needs taskset,
+# CLUSTER (0), STORES, BASELINE, OUT (a new temporary directory). Needs taskset,
 # h2load, redis-server, curl, python3 and 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +37,11 @@ CONNS=${CONNS:-16}
 STREAMS=${STREAMS:-8}
 KEYS=${KEYS:-250000}
 CLUSTER=${CLUSTER:-0}
+if [[ $CLUSTER == 1 ]]; then DEFAULT_STORES="memory redis cluster"; else DEFAULT_STORES="memory redis"; fi
+STORES=${STORES-$DEFAULT_STORES}
+BASELINE=${BASELINE:-}
 OUT=${OUT:-$(mktemp -d -t floodgate-compare.XXXXXX)}
+mkdir -p "$OUT"
 METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 BIN=target/release
 SERVER_CPU=1
@@ -155,17 +162,27 @@ RPID=$!
 PIDS+=("$RPID")
 wait_for redis-cli -p "$rport" PING
 
-for store in memory redis; do
-    PORT[$store]=$(free_port)
-    http=$(free_port)
-    start "$BIN/floodgate" serve --config-dir bench/config --store "$store" \
-        --redis-url "127.0.0.1:$rport" --grpc-addr "127.0.0.1:${PORT[$store]}" \
-        --http-addr "127.0.0.1:$http" --log-level warn
-    PIDOF[$store]=$PID
-    wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
-done
-SERVERS=(ceiling ceiling_tuned memory redis)
+SERVERS=(ceiling ceiling_tuned)
 STORE_PIDS=("$RPID")
+# serve NAME BINARY STORE REDIS_URL [ENV…]: a floodgate to measure.
+serve() {
+    local name=$1 binary=$2 store=$3 url=$4 http
+    shift 4
+    PORT[$name]=$(free_port)
+    http=$(free_port)
+    env "$@" taskset -c "$SERVER_CPU" "$binary" serve --config-dir bench/config --store "$store" \
+        --redis-url "$url" --grpc-addr "127.0.0.1:${PORT[$name]}" \
+        --http-addr "127.0.0.1:$http" --log-level warn >"$OUT/server-$name.log" 2>&1 &
+    PIDS+=($!)
+    PIDOF[$name]=$!
+    wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
+    SERVERS+=("$name")
+}
+for store in memory redis; do
+    [[ " $STORES " == *" $store "* ]] || continue
+    serve "$store" "$BIN/floodgate" "$store" "127.0.0.1:$rport"
+    [[ -z $BASELINE ]] || serve "${store}_base" "$BASELINE" "$store" "127.0.0.1:$rport"
+done
 if [[ $CLUSTER == 1 ]]; then
     nodes=()
     for n in 0 1 2; do
@@ -181,14 +198,11 @@ if [[ $CLUSTER == 1 ]]; then
     done
     redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$OUT/cluster-create.log"
     wait_for bash -c "redis-cli -p ${nodes[0]#*:} CLUSTER INFO | grep -q cluster_state:ok"
-    PORT[cluster]=$(free_port)
-    http=$(free_port)
-    REDIS_TYPE=cluster start "$BIN/floodgate" serve --config-dir bench/config --store redis \
-        --redis-url "$(IFS=,; echo "${nodes[*]}")" --grpc-addr "127.0.0.1:${PORT[cluster]}" \
-        --http-addr "127.0.0.1:$http" --log-level warn
-    PIDOF[cluster]=$PID
-    wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
-    SERVERS+=(cluster)
+    seeds=$(IFS=,; echo "${nodes[*]}")
+    if [[ " $STORES " == *" cluster "* ]]; then
+        serve cluster "$BIN/floodgate" redis "$seeds" REDIS_TYPE=cluster
+        [[ -z $BASELINE ]] || serve cluster_base "$BASELINE" redis "$seeds" REDIS_TYPE=cluster
+    fi
 fi
 for s in "${SERVERS[@]}"; do wait_for grpc_ok "${PORT[$s]}"; done
 
@@ -203,7 +217,7 @@ for round in $(seq "$ROUNDS"); do
         c1=$(cpu_ticks "${PIDOF[$s]}") r1=$(cpu_ticks "${STORE_PIDS[@]}")
         per=$(awk -v c=$((c1 - c0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
         with=$(awk -v c=$((c1 - c0 + r1 - r0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
-        [[ $s == redis || $s == cluster ]] || with=-
+        [[ $s == redis* || $s == cluster* ]] || with=-
         printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$rate" "$p99" "$per" "$with" | tee -a "$OUT/rounds.tsv"
     done
 done
@@ -217,12 +231,12 @@ servers = sys.argv[2:]
 for s in servers:
     r = [x for x in rows if x[1] == s]
     med[s] = [statistics.median(float(x[i]) for x in r) for i in (2, 3, 4)]
-    if s in ("redis", "cluster"):
+    if s.startswith(("redis", "cluster")):
         med[s].append(statistics.median(float(x[5]) for x in r))
 print("server\treq/s\tratio\tratio_to_tuned\tp99_ms\tcpu_us_per_req")
 for s in servers:
     rate, p99, cpu = med[s][:3]
-    extra = f" ({med[s][3]:.1f} with redis-server)" if s in ("redis", "cluster") else ""
+    extra = f" ({med[s][3]:.1f} with redis-server)" if s.startswith(("redis", "cluster")) else ""
     print(f"{s}\t{rate:.0f}\t{rate / med['ceiling'][0]:.2f}\t{rate / med['ceiling_tuned'][0]:.2f}"
           f"\t{p99:.2f}\t{cpu:.1f}{extra}")
 EOF
