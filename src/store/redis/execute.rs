@@ -151,8 +151,9 @@ pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
 }
 
 /// Runs one node-batch call on the node serving `slot`, loading the
-/// scripts once on NOSCRIPT. `None` when the node does not serve every
-/// key: the script then wrote nothing (see `node_batch.lua`).
+/// scripts once on NOSCRIPT. `None` when the node does not serve one of the
+/// call's slots, or is moving it: the script then wrote nothing (see
+/// `node_batch.lua`).
 pub(super) async fn execute_node_batch(
     conn: &mut ClusterConnection,
     cmd: &redis::Cmd,
@@ -182,7 +183,7 @@ pub(super) async fn execute_node_batch(
     };
     match value {
         redis::Value::SimpleString(status) if status.starts_with("NOTLOCAL") => {
-            debug!(%status, "a node call met a key its node does not serve; sending per hash tag");
+            debug!(%status, "a node call met a slot its node does not serve stably; sending per hash tag");
             Ok(None)
         }
         value => flat_integers(&value, expected).map(Some),

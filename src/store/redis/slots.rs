@@ -5,10 +5,11 @@
 //!
 //! The table only groups; it never decides where a write lands. A call is
 //! routed by the slot of its first key (the cluster client's own map), and
-//! the node batch script checks that it serves every key before it writes
-//! anything. So a stale table costs a second round trip for the operations
-//! concerned (sent per hash tag instead, as the client routes them), never a
-//! wrong or partial count; and it marks the table for a refresh.
+//! the node batch script checks that its node serves each of the call's
+//! slots, and is not moving it, before it writes anything. So a stale table
+//! costs a second round trip for the operations concerned (sent per hash
+//! tag instead, as the client routes them), never a partial or doubled
+//! count; and it marks the table for a refresh.
 
 use arc_swap::ArcSwapOption;
 use redis::cluster_async::ClusterConnection;
@@ -124,7 +125,8 @@ impl SlotTable {
         self.owners.load_full()
     }
 
-    /// Notes that a call found the table wrong: the next
+    /// Notes that a call found the table wrong (or failed, as when a node
+    /// went away): the next
     /// [`SlotTable::refresh_if_stale`] reads it again.
     pub(super) fn mark_stale(&self) {
         self.stale.store(true, Ordering::Relaxed);
@@ -167,12 +169,17 @@ impl SlotTable {
 
     /// Reads the table (`CLUSTER SLOTS` on any node).
     async fn read(&self, conn: &mut ClusterConnection) -> RedisResult<()> {
-        let reply = conn
+        let reply = match conn
             .route_command(
                 redis::cmd("CLUSTER").arg("SLOTS").clone(),
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
-            .await?;
+            .await?
+        {
+            // A routed command's server error comes back as a value.
+            Value::ServerError(err) => return Err(RedisError::from(err)),
+            reply => reply,
+        };
         let owners = Owners::parse(&reply).ok_or_else(|| {
             RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,

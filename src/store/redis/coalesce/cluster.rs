@@ -122,8 +122,9 @@ fn per_tag(ops: &[Vec<LaneOp>], members: Vec<At>) -> Vec<Call> {
 }
 
 /// Runs a round's calls at once; the operations of node calls that found
-/// the table wrong (they wrote nothing) go again per hash tag, and the
-/// table is marked for a refresh.
+/// the table wrong (they wrote nothing) go again per hash tag. The table is
+/// marked for a refresh then, and when a node call fails (a node may have
+/// gone away).
 async fn run(
     conn: &ClusterConnection,
     slots: &SlotTable,
@@ -137,7 +138,10 @@ async fn run(
         match result {
             Ok(Some(replies)) => done.push((members, Ok(replies))),
             Ok(None) => again.extend(members),
-            Err(err) => done.push((members, Err(err))),
+            Err(err) => {
+                slots.mark_stale();
+                done.push((members, Err(err)));
+            }
         }
     }
     if !again.is_empty() {
