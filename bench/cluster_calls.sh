@@ -25,54 +25,13 @@ BASELINE=${BASELINE:-}
 OUT=$(mktemp -d -t floodgate-cluster-calls.XXXXXX)
 BIN=target/release
 
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-low_free_port() { # a free port whose +10000 (the node's bus port) is valid and free
-    python3 -c '
-import socket
-for _ in range(1000):
-    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-    if p + 10000 > 65535: continue
-    try:
-        b = socket.socket(); b.bind(("127.0.0.1", p + 10000)); print(p); break
-    except OSError: continue
-'
-}
-
-wait_for() { # wait_for COMMAND…: retry for up to 10 s
-    for _ in $(seq 200); do
-        if "$@" >/dev/null 2>&1; then return 0; fi
-        sleep 0.05
-    done
-    echo "timed out: $*" >&2
-    exit 1
-}
+source bench/lib.sh
 
 cargo build --release --locked --bin floodgate --example wide_load
 
-nodes=() ports=()
-for n in 0 1 2; do
-    p=$(low_free_port)
-    mkdir -p "$OUT/node-$n"
-    taskset -c 1 redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
-        --cluster-enabled yes --cluster-config-file "$OUT/node-$n/nodes.conf" \
-        --dir "$OUT/node-$n" --logfile "$OUT/node-$n/redis.log" &
-    PIDS+=($!)
-    wait_for redis-cli -p "$p" PING
-    nodes+=("127.0.0.1:$p") ports+=("$p")
-done
-redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$OUT/create.log"
-wait_for bash -c "redis-cli -p ${ports[0]} CLUSTER INFO | grep -q cluster_state:ok"
-seeds=$(IFS=,; echo "${nodes[*]}")
+start_cluster 1 "$OUT"
+ports=("${CLUSTER_NODES[@]#*:}")
+seeds=$(IFS=,; echo "${CLUSTER_NODES[*]}")
 
 stat() { # stat FIELD COMMAND: FIELD of cmdstat_COMMAND, summed over the nodes
     for p in "${ports[@]}"; do

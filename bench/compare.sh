@@ -51,37 +51,7 @@ for tool in taskset h2load redis-server redis-cli curl python3; do
     command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
 done
 
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-low_free_port() { # a free port whose +10000 (a cluster node's bus port) is valid and free
-    python3 -c '
-import socket
-for _ in range(1000):
-    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-    if p + 10000 > 65535: continue
-    try:
-        b = socket.socket(); b.bind(("127.0.0.1", p + 10000)); print(p); break
-    except OSError: continue
-'
-}
-
-wait_for() { # wait_for COMMAND…: retry for up to 10 s
-    for _ in $(seq 200); do
-        if "$@" >/dev/null 2>&1; then return 0; fi
-        sleep 0.05
-    done
-    echo "timed out: $*" >&2
-    exit 1
-}
+source bench/lib.sh
 
 grpc_ok() { # grpc_ok PORT: one call must end with grpc-status 0
     curl -sf --http2-prior-knowledge -H 'content-type: application/grpc' -H 'te: trailers' \
@@ -184,21 +154,9 @@ for store in memory redis; do
     [[ -z $BASELINE ]] || serve "${store}_base" "$BASELINE" "$store" "127.0.0.1:$rport"
 done
 if [[ $CLUSTER == 1 ]]; then
-    nodes=()
-    for n in 0 1 2; do
-        p=$(low_free_port)
-        mkdir -p "$OUT/cluster-$n"
-        taskset -c "$SERVER_CPU" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
-            --cluster-enabled yes --cluster-config-file "$OUT/cluster-$n/nodes.conf" \
-            --dir "$OUT/cluster-$n" --logfile "$OUT/cluster-$n/redis.log" &
-        PIDS+=($!)
-        STORE_PIDS+=($!)
-        wait_for redis-cli -p "$p" PING
-        nodes+=("127.0.0.1:$p")
-    done
-    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >"$OUT/cluster-create.log"
-    wait_for bash -c "redis-cli -p ${nodes[0]#*:} CLUSTER INFO | grep -q cluster_state:ok"
-    seeds=$(IFS=,; echo "${nodes[*]}")
+    start_cluster "$SERVER_CPU" "$OUT"
+    STORE_PIDS+=("${CLUSTER_PIDS[@]}")
+    seeds=$(IFS=,; echo "${CLUSTER_NODES[*]}")
     if [[ " $STORES " == *" cluster "* ]]; then
         serve cluster "$BIN/floodgate" redis "$seeds" REDIS_TYPE=cluster
         [[ -z $BASELINE ]] || serve cluster_base "$BASELINE" redis "$seeds" REDIS_TYPE=cluster
