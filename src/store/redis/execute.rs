@@ -107,7 +107,7 @@ pub(super) async fn execute(
             let missing: Vec<usize> = results
                 .iter()
                 .enumerate()
-                .filter(|(_, r)| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)))
+                .filter(|(_, r)| matches!(r, Err(e) if is_noscript(e)))
                 .map(|(i, _)| i)
                 .collect();
             if !missing.is_empty() {
@@ -141,7 +141,7 @@ pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
     expected: usize,
 ) -> RedisResult<Vec<i64>> {
     let value = match cmd.query_async::<redis::Value>(conn).await {
-        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+        Err(err) if is_noscript(&err) => {
             load_scripts(conn).await?;
             cmd.query_async::<redis::Value>(conn).await?
         }
@@ -160,22 +160,19 @@ pub(super) async fn execute_node_batch(
     slot: u16,
     expected: usize,
 ) -> RedisResult<Option<Vec<i64>>> {
-    let routing = || {
-        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-            slot,
-            SlotAddr::Master,
-        )))
-    };
-    // A routed command's server error comes back as a value.
-    let routed = async |conn: &mut ClusterConnection| match conn
-        .route_command(cmd.clone(), routing())
-        .await?
-    {
-        redis::Value::ServerError(err) => Err(RedisError::from(err)),
-        value => Ok(value),
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+        slot,
+        SlotAddr::Master,
+    )));
+    let routed = async |conn: &mut ClusterConnection| {
+        match conn.route_command(cmd.clone(), routing.clone()).await? {
+            // A routed command's server error comes back as a value.
+            redis::Value::ServerError(err) => Err(RedisError::from(err)),
+            value => Ok(value),
+        }
     };
     let value = match routed(conn).await {
-        Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+        Err(err) if is_noscript(&err) => {
             load_scripts(conn).await?;
             routed(conn).await?
         }
@@ -190,6 +187,12 @@ pub(super) async fn execute_node_batch(
     }
 }
 
+/// Whether Redis answered NOSCRIPT: the script is not loaded (a restart, a
+/// failover, SCRIPT FLUSH), so the call ran nothing and may run again.
+fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
 /// The batch script's flat reply: exactly `expected` integers; any other
 /// shape or length is an unexpected reply.
 pub(super) fn flat_integers(value: &redis::Value, expected: usize) -> RedisResult<Vec<i64>> {
@@ -202,11 +205,17 @@ pub(super) fn flat_integers(value: &redis::Value, expected: usize) -> RedisResul
             items.len()
         )));
     }
+    all_ints(items, "batch reply item")
+}
+
+/// Every item of a reply array as an integer; `what` names an item that
+/// is not one in the error.
+fn all_ints(items: &[redis::Value], what: &str) -> RedisResult<Vec<i64>> {
     items
         .iter()
         .map(|item| match item {
             redis::Value::Int(n) => Ok(*n),
-            other => Err(bad_reply(format!("batch reply item {other:?}"))),
+            other => Err(bad_reply(format!("{what} {other:?}"))),
         })
         .collect()
 }
@@ -229,13 +238,7 @@ pub(super) fn noscript(values: &[redis::Value]) -> Vec<usize> {
 pub(super) fn integers(value: &redis::Value) -> RedisResult<Vec<i64>> {
     match value {
         redis::Value::Int(n) => Ok(vec![*n]),
-        redis::Value::Array(items) => items
-            .iter()
-            .map(|item| match item {
-                redis::Value::Int(n) => Ok(*n),
-                other => Err(bad_reply(format!("array item {other:?}"))),
-            })
-            .collect(),
+        redis::Value::Array(items) => all_ints(items, "array item"),
         other => Err(bad_reply(format!("{other:?}"))),
     }
 }
