@@ -168,7 +168,8 @@ impl StoreError {
 /// touching the same counter never lose or double-count hits.
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Executes every operation of `batch` at time `now`, returning one
-    /// [`Outcome`] per operation in order.
+    /// [`Outcome`] per operation in order, within the store's own deadline
+    /// (Redis: `REDIS_TIMEOUT`).
     ///
     /// # Errors
     ///
@@ -178,13 +179,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         batch: Batch,
         now: UnixMillis,
-    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
+        self.execute_within(batch, now, None)
+    }
 
     /// As [`Store::execute`], answered within `deadline` (from now) at the
     /// latest: a caller's deadline, when it is sooner than the store's own.
-    /// Stores that keep deadlines themselves (Redis: one timer per script
-    /// call) take it over instead of a timer per request; the embedded
-    /// store answers at once and ignores it.
+    /// Stores keep it themselves (Redis: one timer per script call, not one
+    /// per request); the embedded store answers at once and ignores it.
     ///
     /// # Errors
     ///
@@ -194,9 +196,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         batch: Batch,
         now: UnixMillis,
         deadline: Option<Duration>,
-    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
-        within(deadline, self.execute(batch, now))
-    }
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
 
     /// What every operation of `batch` would answer if executed at `now`,
     /// without changing any counter (for `/explain`). Under
@@ -281,10 +281,6 @@ impl StoreKind {
 }
 
 impl Store for StoreKind {
-    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        self.execute_within(batch, now, None).await
-    }
-
     async fn execute_within(
         &self,
         batch: Batch,

@@ -345,10 +345,6 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        Ok(self.apply(batch, now))
-    }
-
     /// Answers at once: no deadline to keep.
     async fn execute_within(
         &self,

@@ -267,10 +267,6 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
-    async fn execute(&self, batch: Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        self.execute_within(batch, now, None).await
-    }
-
     async fn execute_within(
         &self,
         batch: Batch,
