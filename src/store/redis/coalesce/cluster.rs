@@ -30,10 +30,21 @@ type At = (usize, usize);
 struct Call {
     /// The operations it carries, in arrival order.
     members: Vec<At>,
-    /// A node call (`node_batch.lua`), else a call for one hash tag.
-    node: bool,
     /// The slot of its first key: the call goes to the node serving it.
     slot: u16,
+    /// A node call's (`node_batch.lua`) probe keys, one per slot of its
+    /// operations (see [`probe_key`]); `None` for a call for one hash tag.
+    probes: Option<Vec<Vec<u8>>>,
+}
+
+/// A node's call while a round is planned.
+struct NodeCall<'a> {
+    call: Call,
+    /// The slots of its operations so far (one probe each).
+    slots: Vec<u16>,
+    first_tag: &'a [u8],
+    /// Whether all its operations share `first_tag`.
+    one_tag: bool,
 }
 
 /// A call's operations and its result: their flat replies, or the error.
@@ -68,8 +79,7 @@ pub(super) async fn drive(
 /// table places, when they span more than one hash tag; one per hash tag
 /// for the rest.
 fn plan(ops: &[Vec<LaneOp>], owners: Option<&Owners>) -> Vec<Call> {
-    // Per node: its call, and whether all its operations share one tag.
-    let mut nodes: HashMap<u16, (Call, &[u8], bool)> = HashMap::new();
+    let mut nodes: HashMap<u16, NodeCall<'_>> = HashMap::new();
     let mut unplaced = Vec::new();
     for (j, job) in ops.iter().enumerate() {
         for (o, op) in job.iter().enumerate() {
@@ -79,22 +89,35 @@ fn plan(ops: &[Vec<LaneOp>], owners: Option<&Owners>) -> Vec<Call> {
                 unplaced.push((j, o));
                 continue;
             };
-            let (call, first_tag, one_tag) = nodes.entry(node).or_insert_with(|| {
-                let call = Call {
+            let node = nodes.entry(node).or_insert_with(|| NodeCall {
+                call: Call {
                     members: Vec::new(),
-                    node: true,
                     slot,
-                };
-                (call, tag, true)
+                    probes: Some(Vec::new()),
+                },
+                slots: Vec::new(),
+                first_tag: tag,
+                one_tag: true,
             });
-            *one_tag &= *first_tag == tag;
-            call.members.push((j, o));
+            node.one_tag &= node.first_tag == tag;
+            node.call.members.push((j, o));
+            if !node.slots.contains(&slot) {
+                node.slots.push(slot);
+                if let Some(probes) = &mut node.call.probes {
+                    probes.push(probe_key(key_of(&op.cmd), tag));
+                }
+            }
         }
     }
     let mut calls = Vec::with_capacity(nodes.len());
-    for (mut call, _, one_tag) in nodes.into_values() {
-        // One slot: the plain batch script, its keys declared.
-        call.node = !one_tag;
+    for NodeCall {
+        mut call, one_tag, ..
+    } in nodes.into_values()
+    {
+        if one_tag {
+            // One slot: the plain batch script, its keys declared.
+            call.probes = None;
+        }
         calls.push(call);
     }
     calls.extend(per_tag(ops, unplaced));
@@ -112,8 +135,8 @@ fn per_tag(ops: &[Vec<LaneOp>], members: Vec<At>) -> Vec<Call> {
         tags.entry(tag)
             .or_insert_with(|| Call {
                 members: Vec::new(),
-                node: false,
                 slot: slot_of(tag),
+                probes: None,
             })
             .members
             .push(at);
@@ -159,8 +182,8 @@ async fn run(
     done
 }
 
-/// Sends one call: its replies, or `None` when a node call found a key its
-/// node does not serve (and wrote nothing).
+/// Sends one call: its replies, or `None` when a node call found a slot
+/// its node does not serve stably (and wrote nothing).
 async fn send(
     conn: &ClusterConnection,
     ops: &[Vec<LaneOp>],
@@ -168,9 +191,8 @@ async fn send(
 ) -> (Vec<At>, RedisResult<Option<Vec<i64>>>) {
     let members = call.members.iter().filter_map(|&at| op_at(ops, at));
     let mut conn = conn.clone();
-    let result = if call.node {
-        let probes = probe_keys(members.clone());
-        let (cmd, expected) = batch_of(members, KeysIn::Args { probes: &probes });
+    let result = if let Some(probes) = &call.probes {
+        let (cmd, expected) = batch_of(members, KeysIn::Args { probes });
         execute_node_batch(&mut conn, &cmd, call.slot, expected).await
     } else {
         let (cmd, expected) = batch_of(members, KeysIn::Keys);
@@ -179,27 +201,15 @@ async fn send(
     (call.members, result)
 }
 
-/// A node call's probe keys: one per slot of its operations, a key of
-/// that slot that never exists (the hash tag and a suffix no counter key
-/// has). An operation whose key has no hash tag is its own slot's probe.
-fn probe_keys<'a>(ops: impl Iterator<Item = &'a LaneOp>) -> Vec<Vec<u8>> {
-    let mut slots: Vec<u16> = Vec::new();
-    let mut probes = Vec::new();
-    for op in ops {
-        let key = key_of(&op.cmd);
-        let tag = hash_tag(&op.cmd);
-        let slot = slot_of(tag);
-        if slots.contains(&slot) {
-            continue;
-        }
-        slots.push(slot);
-        probes.push(if tag.len() == key.len() {
-            key.to_vec()
-        } else {
-            [b"{", tag, b"}", PROBE_SUFFIX].concat()
-        });
+/// The probe key of the slot of `key` (whose hash tag is `tag`): a key of
+/// that slot that never exists (the tag and a suffix no counter key has).
+/// A key without a hash tag is its own slot's probe.
+fn probe_key(key: &[u8], tag: &[u8]) -> Vec<u8> {
+    if tag.len() == key.len() {
+        key.to_vec()
+    } else {
+        [b"{", tag, b"}", PROBE_SUFFIX].concat()
     }
-    probes
 }
 
 /// The suffix of probe keys: no counter key ends its hash tag with it.
@@ -273,7 +283,7 @@ fn hash_tag(cmd: &redis::Cmd) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use super::{LaneOp, hash_tag, plan, probe_keys};
+    use super::{LaneOp, hash_tag, plan};
     use crate::store::redis::slots::{Owners, slot_of};
 
     fn op(key: &str) -> redis::Cmd {
@@ -345,7 +355,7 @@ mod tests {
             .collect();
         assert_eq!(seen, all, "every operation once");
         for call in &calls {
-            assert!(call.node);
+            assert!(call.probes.is_some());
             let node = owners.of(call.slot);
             for &(j, o) in &call.members {
                 let tag = hash_tag(&batch[j][o].cmd);
@@ -362,8 +372,24 @@ mod tests {
 
     #[test]
     fn probes_are_one_missing_key_per_slot_in_that_slot() {
-        let ops = job(&["p:{a}f60:1", "p:{a}f3600:0", "{b}s1:0", "plain"]);
-        let probes = probe_keys(ops.iter());
+        // One node serving every slot: one node call.
+        let one_node = Owners::parse(&redis::Value::Array(vec![redis::Value::Array(vec![
+            redis::Value::Int(0),
+            redis::Value::Int(16_383),
+            redis::Value::Array(vec![
+                redis::Value::BulkString(b"127.0.0.1".to_vec()),
+                redis::Value::Int(7000),
+                redis::Value::BulkString(b"a".to_vec()),
+            ]),
+        ])]))
+        .unwrap();
+        let batch = vec![
+            job(&["p:{a}f60:1", "p:{a}f3600:0"]),
+            job(&["{b}s1:0", "plain"]),
+        ];
+        let calls = plan(&batch, Some(&one_node));
+        assert_eq!(calls.len(), 1);
+        let probes = calls[0].probes.as_ref().unwrap();
         let text: Vec<String> = probes
             .iter()
             .map(|p| String::from_utf8_lossy(p).into_owned())
@@ -389,13 +415,13 @@ mod tests {
         let batch = vec![job(&["{hot}a", "{hot}b"]), job(&["{hot}a"])];
         let calls = plan(&batch, Some(&two_nodes()));
         assert_eq!(calls.len(), 1);
-        assert!(!calls[0].node);
+        assert!(calls[0].probes.is_none());
         assert_eq!(calls[0].slot, slot_of(b"hot"));
         // Without a table: one call per tag.
         let batch = vec![job(&["{a}x", "{b}x"]), job(&["{a}y"])];
         let calls = plan(&batch, None);
         assert_eq!(calls.len(), 2);
-        assert!(calls.iter().all(|c| !c.node));
+        assert!(calls.iter().all(|c| c.probes.is_none()));
         let mut sizes: Vec<usize> = calls.iter().map(|c| c.members.len()).collect();
         sizes.sort_unstable();
         assert_eq!(sizes, [1, 2]);
