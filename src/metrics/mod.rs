@@ -27,7 +27,7 @@ pub mod statsd_names;
 mod tests;
 
 pub use mapper::{Mapper, MapperError, MetricType};
-pub use render::render_memory_store;
+pub use render::{render_memory_store, render_redis_calls};
 
 use histogram::Histogram;
 use parking_lot::RwLock;

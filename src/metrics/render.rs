@@ -176,6 +176,29 @@ pub fn render_memory_store(out: &mut String, stats: &crate::store::memory::Memor
     );
 }
 
+/// Appends the Redis store's call counters: requests per call is how well
+/// concurrent requests share script calls.
+pub fn render_redis_calls(out: &mut String, stats: crate::store::redis::CallStats) {
+    let counters = [
+        (
+            "ratelimit_redis_calls_total",
+            "Script calls sent to Redis.",
+            stats.calls,
+        ),
+        (
+            "ratelimit_redis_call_requests_total",
+            "Requests those script calls carried (divided by the calls: requests per call).",
+            stats.requests,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+}
+
 /// Escapes a Prometheus label value.
 pub(super) fn escape(value: &str) -> String {
     value

@@ -131,6 +131,9 @@ async fn mapped_metrics(State(state): State<MappedState>) -> impl IntoResponse {
     if let Some(stats) = limiter.store().memory_stats() {
         crate::metrics::render_memory_store(&mut text, &stats);
     }
+    if let Some(stats) = limiter.store().call_stats() {
+        crate::metrics::render_redis_calls(&mut text, stats);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -145,6 +148,9 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let mut text = state.limiter.metrics().render(state.reloads.as_deref());
     if let Some(stats) = state.limiter.store().memory_stats() {
         crate::metrics::render_memory_store(&mut text, &stats);
+    }
+    if let Some(stats) = state.limiter.store().call_stats() {
+        crate::metrics::render_redis_calls(&mut text, stats);
     }
     crate::metrics::process::render_process(&mut text);
     (

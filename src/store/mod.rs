@@ -246,6 +246,23 @@ impl StoreKind {
         self.as_memory().map(MemoryStore::stats)
     }
 
+    /// Redis script calls sent and the requests they carried (both stores
+    /// of `REDIS_PERSECOND` together); `None` for the embedded store.
+    pub fn call_stats(&self) -> Option<redis::CallStats> {
+        match self {
+            Self::Memory(_) => None,
+            Self::Redis { main, per_second } => {
+                let mut stats = main.call_stats();
+                if let Some(second) = per_second {
+                    let more = second.call_stats();
+                    stats.calls = stats.calls.saturating_add(more.calls);
+                    stats.requests = stats.requests.saturating_add(more.requests);
+                }
+                Some(stats)
+            }
+        }
+    }
+
     /// Whether the store can take requests now (Redis: connected).
     pub fn is_ready(&self) -> bool {
         match self {

@@ -9,9 +9,15 @@
 //! and reads one reply for all of them. Each request is still one round
 //! trip, and its operations still run atomically inside one script.
 //!
-//! On a Cluster a lane's call becomes one call per node, sent concurrently
-//! (see [`cluster`]): requests on a hot key share one call, as on
-//! standalone, and so do requests on many keys one node serves.
+//! On a Cluster each master has lanes of its own, over connections
+//! floodgate dials to it directly (see [`cluster`]): requests on a hot key
+//! share one call, as on standalone, and so do requests on many keys one
+//! node serves; and a node that does not answer holds up only the
+//! operations of its own slots.
+//!
+//! A call that provably never reached Redis (its connection was refused)
+//! is sent once more: nothing of it was counted. A call whose bytes may
+//! have been written is never sent again (see [`super::fault`]).
 //!
 //! A request whose caller gave up, or whose deadline passed, before its turn
 //! is dropped from the queue and counts nothing.
@@ -27,12 +33,14 @@
 
 mod cluster;
 
+pub(super) use cluster::ClusterLanes;
+
 use super::command::{KeysIn, batch_cmd};
-use super::execute::execute_batch;
-use super::slots::SlotTable;
-use redis::RedisError;
-use redis::aio::ConnectionLike;
+use super::execute::{execute_batch, execute_on_node};
+use super::fault::{Signals, is_unsent};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
+use redis::{RedisError, RedisResult};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
@@ -127,25 +135,47 @@ pub(super) struct Lane {
     queue: mpsc::Sender<Job>,
 }
 
+/// Where a lane sends its calls: one call per round, carrying every job.
+pub(super) enum Target {
+    /// A standalone or Sentinel-named server: the batch script, its keys
+    /// declared.
+    Server(ConnectionManager),
+    /// One Cluster master dialled directly (see [`cluster`]).
+    Node(cluster::Node),
+}
+
 impl Lane {
-    /// A lane over a standalone (or Sentinel-named) connection, with its
-    /// task spawned on the current runtime. The task ends when the last
-    /// clone of the lane is dropped.
-    pub(super) fn spawn<C>(conn: C) -> Self
-    where
-        C: ConnectionLike + Send + 'static,
-    {
+    /// A lane sending to `target`, with its task spawned on the current
+    /// runtime. The task ends when the last clone of the lane is dropped.
+    pub(super) fn spawn(target: Target, signals: Arc<Signals>) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(drive(conn, jobs));
+        tokio::spawn(drive(target, jobs, signals));
         Self { queue }
     }
 
-    /// A lane over a Cluster connection: one call per node (`slots` tells
-    /// which node serves which slot), see [`cluster`].
-    pub(super) fn spawn_cluster(conn: ClusterConnection, slots: Arc<SlotTable>) -> Self {
+    /// A lane over the cluster client: one call per hash tag, routed and
+    /// redirected by the client (operations of slots the node lanes cannot
+    /// place), see [`cluster`].
+    pub(super) fn spawn_routed(conn: ClusterConnection, signals: Arc<Signals>) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(cluster::drive(conn, slots, jobs));
+        tokio::spawn(cluster::drive_routed(conn, jobs, signals));
         Self { queue }
+    }
+
+    /// Hands jobs another lane could not serve to this one (a node lane's
+    /// jobs of slots its node no longer serves): they keep their deadlines
+    /// and callers; a full or closed queue answers them with an error.
+    fn forward(&self, jobs: &mut Vec<Job>) {
+        for job in jobs.drain(..) {
+            if !job.waited_for() {
+                continue;
+            }
+            if let Err(err) = self.queue.try_send(job) {
+                let (mpsc::error::TrySendError::Full(mut job)
+                | mpsc::error::TrySendError::Closed(mut job)) = err;
+                job.answer(Err(lane_closed()));
+            }
+        }
     }
 
     /// Runs one request's operations (in one call, possibly shared with
@@ -288,15 +318,63 @@ impl Waiting {
 
 /// The lane's task: one script call at a time, each carrying everything
 /// that queued meanwhile.
-async fn drive<C: ConnectionLike>(mut conn: C, jobs: mpsc::Receiver<Job>) {
+async fn drive(mut target: Target, jobs: mpsc::Receiver<Job>, signals: Arc<Signals>) {
     let mut waiting = Waiting::new(jobs);
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
     while waiting.take(&mut batch).await {
-        let (cmd, expected) = batch_of(batch.iter().flat_map(|job| job.ops.iter()), KeysIn::Keys);
-        let call = execute_batch(&mut conn, &cmd, expected);
-        match waiting.await_call(call, &mut batch).await {
-            Some(result) => deliver(&mut batch, result.map_err(LaneError::from)),
+        signals.count_call(batch.len());
+        let ops = batch.iter().flat_map(|job| job.ops.iter());
+        let (cmd, expected) = match &target {
+            Target::Server(_) => batch_of(ops, KeysIn::Keys),
+            Target::Node(node) => node.command(ops),
+        };
+        let result = waiting
+            .await_call(send(&mut target, &cmd, expected), &mut batch)
+            .await;
+        match result {
+            Some(Ok(Some(replies))) => deliver(&mut batch, Ok(replies)),
+            // Only a node lane answers so: its node no longer serves one
+            // of the call's slots, and nothing was written.
+            Some(Ok(None)) => match &target {
+                Target::Node(node) => node.not_here(&mut batch),
+                Target::Server(_) => deliver(
+                    &mut batch,
+                    Err(LaneError::Redis(super::execute::bad_reply(
+                        "NOTLOCAL from a standalone server".to_owned(),
+                    ))),
+                ),
+            },
+            Some(Err(err)) => {
+                signals.failed(&err);
+                if let Target::Node(node) = &target {
+                    node.failed();
+                }
+                deliver(&mut batch, Err(LaneError::from(err)));
+            }
             None => batch.clear(),
+        }
+    }
+}
+
+/// Sends one call to `target`, and once more when it failed without
+/// reaching Redis (its connection was refused: nothing was counted). The
+/// connection started to dial afresh on the first failure, so the second
+/// try goes on it. `None`: a node does not serve the call's slots.
+async fn send(
+    target: &mut Target,
+    cmd: &redis::Cmd,
+    expected: usize,
+) -> RedisResult<Option<Vec<i64>>> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let result = match target {
+            Target::Server(conn) => execute_batch(conn, cmd, expected).await.map(Some),
+            Target::Node(node) => execute_on_node(&mut node.conn, cmd, expected).await,
+        };
+        match result {
+            Err(err) if tries < 2 && is_unsent(&err) => {}
+            other => return other,
         }
     }
 }

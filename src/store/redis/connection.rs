@@ -2,8 +2,9 @@
 //! or the master Sentinel names), or a Cluster connection; opening them and
 //! loading the scripts.
 
-use super::coalesce::Lane;
+use super::coalesce::{ClusterLanes, Lane, Target};
 use super::config::{RedisConfig, RedisMode, connection_info, redact};
+use super::fault::Signals;
 use super::scripts;
 use super::slots::SlotTable;
 use crate::store::StoreError;
@@ -21,18 +22,11 @@ pub(super) enum Connection {
     Cluster(Cluster),
 }
 
-/// A Cluster connection (multiplexed, routing by key) and its lanes.
+/// A Cluster connection (multiplexed, routing by key) and the lanes: per
+/// master, over connections of their own, and routed.
 pub(super) struct Cluster {
     pub(super) conn: ClusterConnection,
-    lanes: Vec<Lane>,
-    next: AtomicUsize,
-}
-
-impl Cluster {
-    /// A lane, in runs (see [`LANE_RUN`]).
-    pub(super) fn lane(&self) -> Option<&Lane> {
-        self.lanes.get(in_runs(&self.next, self.lanes.len()))
-    }
+    pub(super) lanes: ClusterLanes,
 }
 
 /// Consecutive requests that go to one lane before the next lane's turn.
@@ -44,7 +38,7 @@ const LANE_RUN: usize = 32;
 
 /// The index `0..n` for the next request: round robin over runs of
 /// [`LANE_RUN`] requests.
-fn in_runs(next: &AtomicUsize, n: usize) -> usize {
+pub(super) fn in_runs(next: &AtomicUsize, n: usize) -> usize {
     next.fetch_add(1, Ordering::Relaxed) / LANE_RUN % n.max(1)
 }
 
@@ -85,17 +79,22 @@ impl Pool {
     }
 }
 
-pub(super) async fn open(config: &RedisConfig) -> Result<Connection, StoreError> {
+pub(super) async fn open(
+    config: &RedisConfig,
+    signals: &Arc<Signals>,
+) -> Result<Connection, StoreError> {
     match config.mode {
         RedisMode::Single => {
             let info = connection_info(&config.url, config.auth.as_deref(), config.tls.as_ref())?;
             let addr = redact(&config.url);
-            Ok(Connection::Pool(connect_pool(config, info, addr).await?))
+            Ok(Connection::Pool(
+                connect_pool(config, info, addr, signals).await?,
+            ))
         }
         RedisMode::Sentinel => {
             let master = sentinel_master(config).await?;
             Ok(Connection::Pool(
-                connect_pool(config, master.info, master.addr_text).await?,
+                connect_pool(config, master.info, master.addr_text, signals).await?,
             ))
         }
         RedisMode::Cluster => {
@@ -130,32 +129,57 @@ pub(super) async fn open(config: &RedisConfig) -> Result<Connection, StoreError>
                 // Served per hash tag until a lane's refresh reads it.
                 warn!(error = %err, "could not read the Cluster's slot table");
             }
-            let lanes = (0..config.pool_size.max(1))
-                .map(|_| Lane::spawn_cluster(conn.clone(), Arc::clone(&slots)))
-                .collect();
-            Ok(Connection::Cluster(Cluster {
-                conn,
-                lanes,
-                next: AtomicUsize::new(0),
-            }))
+            let node_config = config.clone();
+            let lanes = ClusterLanes::new(
+                conn.clone(),
+                slots,
+                Box::new(move |addr| dial_node(&node_config, addr)),
+                config.pool_size,
+                Arc::clone(signals),
+                config.connect_timeout,
+            );
+            Ok(Connection::Cluster(Cluster { conn, lanes }))
         }
     }
+}
+
+/// A client for one server, with the configuration's TLS.
+fn client(config: &RedisConfig, info: ConnectionInfo) -> Result<Client, StoreError> {
+    Ok(match &config.tls {
+        Some(tls) => Client::build_with_tls(info, tls.certificates()?)?,
+        None => Client::open(info)?,
+    })
+}
+
+/// How pooled and node connections (re)connect: within the connect
+/// timeout, one retry, and answers within `REDIS_TIMEOUT`.
+fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_secs(1))
+}
+
+/// A connection to one Cluster master at `addr`, dialled on its first call
+/// (so a dead master costs nothing until a request needs it), with the
+/// Cluster's auth and TLS.
+fn dial_node(config: &RedisConfig, addr: &str) -> Result<ConnectionManager, StoreError> {
+    let info = connection_info(addr, config.auth.as_deref(), config.tls.as_ref())?;
+    Ok(ConnectionManager::new_lazy_with_config(
+        client(config, info)?,
+        manager_config(config),
+    )?)
 }
 
 pub(super) async fn connect_pool(
     config: &RedisConfig,
     info: ConnectionInfo,
     addr: String,
+    signals: &Arc<Signals>,
 ) -> Result<Pool, StoreError> {
-    let client = match &config.tls {
-        Some(tls) => Client::build_with_tls(info, tls.certificates()?)?,
-        None => Client::open(info)?,
-    };
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(config.timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_secs(1));
+    let client = client(config, info)?;
+    let manager_config = manager_config(config);
     let mut conns = Vec::with_capacity(config.pool_size.max(1));
     for _ in 0..config.pool_size.max(1) {
         conns.push(
@@ -171,7 +195,7 @@ pub(super) async fn connect_pool(
     let conns = conns
         .into_iter()
         .map(|conn| {
-            let lane = Lane::spawn(conn.clone());
+            let lane = Lane::spawn(Target::Server(conn.clone()), Arc::clone(signals));
             (conn, lane)
         })
         .collect();

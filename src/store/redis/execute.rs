@@ -11,8 +11,6 @@ use crate::algorithm::sliding_log::WindowProbe;
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::store::Op;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisError, RedisResult};
 use tracing::debug;
 
@@ -150,31 +148,28 @@ pub(super) async fn execute_batch<C: redis::aio::ConnectionLike>(
     flat_integers(&value, expected)
 }
 
-/// Runs one node-batch call on the node serving `slot`, loading the
-/// scripts once on NOSCRIPT. `None` when the node does not serve one of the
-/// call's slots, or is moving it: the script then wrote nothing (see
-/// `node_batch.lua`).
-pub(super) async fn execute_node_batch(
-    conn: &mut ClusterConnection,
+/// Runs one call on a Cluster master dialled directly (the node batch
+/// script, or the batch script for one hash tag), loading the scripts once
+/// on NOSCRIPT. `None` when the node does not serve one of the call's slots
+/// stably: the node batch script's NOTLOCAL, or the server's own MOVED,
+/// ASK, TRYAGAIN or READONLY (a master demoted to a replica), all given
+/// before anything was written.
+pub(super) async fn execute_on_node<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
     cmd: &redis::Cmd,
-    slot: u16,
     expected: usize,
 ) -> RedisResult<Option<Vec<i64>>> {
-    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-        slot,
-        SlotAddr::Master,
-    )));
-    let routed = async |conn: &mut ClusterConnection| {
-        match conn.route_command(cmd.clone(), routing.clone()).await? {
-            // A routed command's server error comes back as a value.
-            redis::Value::ServerError(err) => Err(RedisError::from(err)),
-            value => Ok(value),
-        }
-    };
-    let value = match routed(conn).await {
+    let sent = match cmd.query_async::<redis::Value>(conn).await {
         Err(err) if is_noscript(&err) => {
             load_scripts(conn).await?;
-            routed(conn).await?
+            cmd.query_async::<redis::Value>(conn).await
+        }
+        other => other,
+    };
+    let value = match sent {
+        Err(err) if is_elsewhere(&err) => {
+            debug!(error = %err, "a node call met a slot its node does not serve; sending per hash tag");
+            return Ok(None);
         }
         other => other?,
     };
@@ -185,6 +180,16 @@ pub(super) async fn execute_node_batch(
         }
         value => flat_integers(&value, expected).map(Some),
     }
+}
+
+/// Whether a Cluster node refused a call because its slots are served
+/// elsewhere (or not served stably here): nothing was run.
+fn is_elsewhere(err: &RedisError) -> bool {
+    use redis::ServerErrorKind::{Ask, Moved, ReadOnly, TryAgain};
+    matches!(
+        err.kind(),
+        redis::ErrorKind::Server(Moved | Ask | TryAgain | ReadOnly)
+    )
 }
 
 /// Whether Redis answered NOSCRIPT: the script is not loaded (a restart, a

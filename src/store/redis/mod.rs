@@ -17,13 +17,16 @@ mod command;
 mod config;
 mod connection;
 mod execute;
+mod fault;
 mod keys;
 mod peek;
 mod rlqs;
 mod scripts;
+mod sentinel;
 mod slots;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
+pub use fault::CallStats;
 
 use super::{Batch, Outcome, Store, StoreError};
 use crate::clock::UnixMillis;
@@ -32,6 +35,7 @@ use coalesce::{LaneError, LaneOp};
 use command::{Undo, algorithm_number};
 use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
 use execute::{bad_reply, outcome, reply_len, take_back};
+use fault::Signals;
 use keys::Keys;
 use std::hash::{BuildHasher as _, RandomState};
 use std::sync::Arc;
@@ -39,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Redis-backed counters; clones share connections.
 #[derive(Debug, Clone)]
@@ -56,13 +60,20 @@ struct Inner {
     connected: tokio::sync::Notify,
     jitter_seed: RandomState,
     jitter_counter: AtomicU64,
+    /// The lanes' redial signal and call counters.
+    signals: Arc<Signals>,
 }
 
 /// Backoff bounds for (re)connecting at start.
 const CONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// How often Sentinel is asked where the master is.
+/// How often Sentinel is asked where the master is (besides following its
+/// `+switch-master` announcements).
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
+/// Least time between two redials: a server that keeps answering READONLY
+/// (a Sentinel not yet told of the failover) is dialled a few times a
+/// second, not once per failed call.
+const REDIAL_GAP: Duration = Duration::from_millis(200);
 
 impl RedisStore {
     /// A store for `config`, not yet connected: call [`RedisStore::maintain`]
@@ -77,6 +88,7 @@ impl RedisStore {
                 connected: tokio::sync::Notify::new(),
                 jitter_seed: RandomState::new(),
                 jitter_counter: AtomicU64::new(0),
+                signals: Arc::new(Signals::default()),
             }),
         }
     }
@@ -92,6 +104,12 @@ impl RedisStore {
         &self.inner.config
     }
 
+    /// Script calls sent and the requests they carried, since start (how
+    /// well requests share calls).
+    pub fn call_stats(&self) -> CallStats {
+        self.inner.signals.stats()
+    }
+
     /// Connects once.
     ///
     /// # Errors
@@ -100,7 +118,7 @@ impl RedisStore {
     pub async fn connect(&self) -> Result<(), StoreError> {
         let connection = tokio::time::timeout(
             self.inner.config.connect_timeout.saturating_mul(2),
-            open(&self.inner.config),
+            open(&self.inner.config, &self.inner.signals),
         )
         .await
         .map_err(|_| StoreError::Timeout)??;
@@ -123,8 +141,11 @@ impl RedisStore {
     }
 
     /// Keeps the store connected until `shutdown`: connects with backoff at
-    /// start and, with Sentinel, follows the master when it moves. Once
-    /// connected, standalone and Cluster connections reconnect by themselves.
+    /// start; then dials afresh whenever a lane meets a connection that
+    /// must be replaced (READONLY, LOADING, MASTERDOWN, a dropped
+    /// connection: see `fault`), asking Sentinel again where the master is;
+    /// and with Sentinel, follows the master when it moves (announced on
+    /// `+switch-master`, and polled).
     pub async fn maintain(&self, shutdown: CancellationToken) {
         let mut backoff = CONNECT_BACKOFF_MIN;
         while !self.is_ready() {
@@ -140,20 +161,69 @@ impl RedisStore {
             }
             backoff = backoff.saturating_mul(2).min(CONNECT_BACKOFF_MAX);
         }
-        if self.inner.config.mode != RedisMode::Sentinel {
-            return;
-        }
-        let mut tick = tokio::time::interval(SENTINEL_POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                _ = tick.tick() => self.follow_master().await,
+        let sentinel = self.inner.config.mode == RedisMode::Sentinel;
+        let switches = async {
+            if sentinel {
+                sentinel::follow_switches(&self.inner.config, &self.inner.signals, &shutdown).await;
+            }
+        };
+        let redials = async {
+            let mut tick = tokio::time::interval(SENTINEL_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = tick.tick(), if sentinel => self.follow_master(false).await,
+                    () = self.inner.signals.redial.notified() => {
+                        self.redial().await;
+                        tokio::select! {
+                            () = shutdown.cancelled() => return,
+                            () = tokio::time::sleep(REDIAL_GAP) => {}
+                        }
+                    }
+                }
+            }
+        };
+        tokio::join!(switches, redials);
+    }
+
+    /// Replaces the connection with a fresh one (Sentinel: to the master it
+    /// names now). A Cluster keeps its connections (they reconnect by
+    /// themselves, and a node that moved is found by reading the slot
+    /// table); a failed dial keeps the old connection, and the next failed
+    /// call asks again.
+    async fn redial(&self) {
+        let config = &self.inner.config;
+        match config.mode {
+            RedisMode::Cluster => {}
+            RedisMode::Sentinel => self.follow_master(true).await,
+            RedisMode::Single => {
+                let dialled = tokio::time::timeout(
+                    config.connect_timeout.saturating_mul(2),
+                    open(config, &self.inner.signals),
+                )
+                .await;
+                match dialled {
+                    Ok(Ok(connection)) => {
+                        info!(redis.url = %config.redacted_url(), "redis connection replaced");
+                        self.inner.connection.store(Some(Arc::new(connection)));
+                    }
+                    Ok(Err(err)) => {
+                        debug!(
+                            error = &err as &dyn std::error::Error,
+                            "redis redial failed"
+                        );
+                    }
+                    Err(_) => debug!("redis redial timed out"),
+                }
             }
         }
     }
 
-    async fn follow_master(&self) {
+    /// Asks Sentinel where the master is and connects to it when it moved
+    /// (or, with `always`, in any case: the connection answered as no
+    /// master does).
+    async fn follow_master(&self, always: bool) {
         let config = &self.inner.config;
         let master =
             match tokio::time::timeout(config.connect_timeout, sentinel_master(config)).await {
@@ -171,12 +241,20 @@ impl RedisStore {
                 }
             };
         let current = self.inner.connection.load();
-        if let Some(Connection::Pool(pool)) = current.as_deref()
+        if !always
+            && let Some(Connection::Pool(pool)) = current.as_deref()
             && pool.addr == master.addr_text
         {
             return;
         }
-        match connect_pool(config, master.info, master.addr_text.clone()).await {
+        match connect_pool(
+            config,
+            master.info,
+            master.addr_text.clone(),
+            &self.inner.signals,
+        )
+        .await
+        {
             Ok(pool) => {
                 info!(redis.master = %master.addr_text, "redis master changed; reconnected");
                 self.inner
@@ -218,10 +296,6 @@ impl RedisStore {
             .iter()
             .map(|op| self.call(op, now, batch.stop_when_over && !op.id.is_candidate()))
             .unzip();
-        let lane = match connection {
-            Connection::Pool(pool) => pool.lane(),
-            Connection::Cluster(cluster) => cluster.lane(),
-        };
         let ops = batch
             .ops
             .iter()
@@ -232,7 +306,16 @@ impl RedisStore {
                 cmd,
             })
             .collect();
-        let replies = match lane.ok_or_else(no_connection)?.run(ops, deadline).await {
+        let replies = match connection {
+            Connection::Pool(pool) => {
+                pool.lane()
+                    .ok_or_else(no_connection)?
+                    .run(ops, deadline)
+                    .await
+            }
+            Connection::Cluster(cluster) => cluster.lanes.run(ops, deadline).await,
+        };
+        let replies = match replies {
             Ok(replies) => replies,
             Err(LaneError::Redis(err)) => return Err(err.into()),
             Err(LaneError::TimedOut) => return Err(StoreError::Timeout),

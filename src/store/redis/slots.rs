@@ -12,8 +12,8 @@
 //! count; and it marks the table for a refresh.
 
 use arc_swap::ArcSwapOption;
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{RedisError, RedisResult, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,21 +26,29 @@ use tracing::{debug, warn};
 const SLOT_COUNT: u16 = 16_384;
 pub(super) const SLOTS: usize = SLOT_COUNT as usize;
 
-/// Least time between two reads of the table: a moving slot is read again
-/// soon, a flapping one does not turn every call into a `CLUSTER SLOTS`.
-const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Least time between two reads of the table: a moved slot or a promoted
+/// replica is read again within a quarter of a second, and a flapping node
+/// does not turn every call into a `CLUSTER SLOTS`.
+const REFRESH_EVERY: Duration = Duration::from_millis(250);
 
 /// The node of each slot: a small number per node, `None` where no node
 /// serves the slot (or none did when the table was read).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Owners {
     node: Box<[Option<u16>]>,
+    /// Each node's `host:port`, by its number.
+    addrs: Vec<String>,
 }
 
 impl Owners {
     /// The node serving `slot`, if the table knows one.
     pub(super) fn of(&self, slot: u16) -> Option<u16> {
         self.node.get(usize::from(slot)).copied().flatten()
+    }
+
+    /// Every master's `host:port`, by node number.
+    pub(super) fn addrs(&self) -> &[String] {
+        &self.addrs
     }
 
     /// Reads a `CLUSTER SLOTS` reply: `[start, end, [host, port, id…],
@@ -52,6 +60,7 @@ impl Owners {
         };
         let mut node = vec![None; SLOTS].into_boxed_slice();
         let mut names: HashMap<Vec<u8>, u16> = HashMap::new();
+        let mut addrs = Vec::new();
         for range in ranges {
             let Value::Array(fields) = range else {
                 return None;
@@ -64,14 +73,35 @@ impl Owners {
             let name = node_name(master)?;
             let next = u16::try_from(names.len()).ok()?;
             let index = *names.entry(name).or_insert(next);
+            if usize::from(index) == addrs.len() {
+                addrs.push(node_addr(master)?);
+            }
             let start = usize::try_from(*start).ok()?;
             let end = usize::try_from(*end).ok()?;
             for owner in node.get_mut(start..=end)? {
                 *owner = Some(index);
             }
         }
-        Some(Self { node })
+        Some(Self { node, addrs })
     }
+}
+
+/// A master's `host:port` in a `CLUSTER SLOTS` entry.
+fn node_addr(master: &[Value]) -> Option<String> {
+    let host = match master.first()? {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok()?,
+        Value::SimpleString(s) => s.clone(),
+        _ => return None,
+    };
+    let Value::Int(port) = master.get(1)? else {
+        return None;
+    };
+    // An IPv6 literal needs brackets before its port.
+    Some(if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    })
 }
 
 /// A master's name in a `CLUSTER SLOTS` entry: its id, else `host:port`.
@@ -135,7 +165,17 @@ impl SlotTable {
     /// Starts reading the table again in the background when it is stale,
     /// no read is under way and the last began at least [`REFRESH_EVERY`]
     /// ago. Never waits: requests go on with the table they have.
-    pub(super) fn refresh_if_stale(self: &Arc<Self>, conn: &ClusterConnection) {
+    ///
+    /// The table is asked of the masters floodgate dials itself (`nodes`,
+    /// taken only when a read starts) one after the other, then of the
+    /// cluster client: a dead node answers at once with a refused
+    /// connection, and the next one is asked.
+    pub(super) fn refresh_if_stale(
+        self: &Arc<Self>,
+        conn: &ClusterConnection,
+        nodes: impl FnOnce() -> Vec<ConnectionManager>,
+        within: Duration,
+    ) {
         if !self.stale.load(Ordering::Relaxed) || self.refreshing.swap(true, Ordering::Acquire) {
             return;
         }
@@ -150,11 +190,33 @@ impl SlotTable {
         }
         let table = Arc::clone(self);
         let mut conn = conn.clone();
+        let nodes = nodes();
         tokio::spawn(async move {
             table.stale.store(false, Ordering::Relaxed);
-            if let Err(err) = table.read(&mut conn).await {
+            let mut last_error = None;
+            let mut read = false;
+            for mut node in nodes {
+                match tokio::time::timeout(within, table.read(&mut node)).await {
+                    Ok(Ok(())) => {
+                        read = true;
+                        break;
+                    }
+                    Ok(Err(err)) => last_error = Some(err),
+                    Err(_) => last_error = Some(timed_out()),
+                }
+            }
+            if !read {
+                match tokio::time::timeout(within, table.read(&mut conn)).await {
+                    Ok(Ok(())) => read = true,
+                    Ok(Err(err)) => last_error = Some(err),
+                    Err(_) => last_error = Some(timed_out()),
+                }
+            }
+            if !read {
                 table.stale.store(true, Ordering::Relaxed);
-                warn!(error = %err, "could not read the Cluster's slot table; operations go per hash tag meanwhile");
+                if let Some(err) = last_error {
+                    warn!(error = %err, "could not read the Cluster's slot table; operations go per hash tag meanwhile");
+                }
             }
             table.refreshing.store(false, Ordering::Release);
         });
@@ -167,13 +229,13 @@ impl SlotTable {
         Ok(())
     }
 
-    /// Reads the table (`CLUSTER SLOTS` on any node).
-    async fn read(&self, conn: &mut ClusterConnection) -> RedisResult<()> {
+    /// Reads the table (`CLUSTER SLOTS`) from one node, or from any node
+    /// the cluster client picks. A table no different from the one held
+    /// is not stored again, so whoever keys work by the table's identity
+    /// (the per-node lanes) keeps it.
+    async fn read<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<()> {
         let reply = match conn
-            .route_command(
-                redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-            )
+            .req_packed_command(redis::cmd("CLUSTER").arg("SLOTS"))
             .await?
         {
             // A routed command's server error comes back as a value.
@@ -187,9 +249,15 @@ impl SlotTable {
             ))
         })?;
         debug!("read the Cluster's slot table");
-        self.owners.store(Some(Arc::new(owners)));
+        if self.owners.load().as_deref() != Some(&owners) {
+            self.owners.store(Some(Arc::new(owners)));
+        }
         Ok(())
     }
+}
+
+fn timed_out() -> RedisError {
+    RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
 }
 
 #[cfg(test)]

@@ -1,204 +1,411 @@
-//! The Cluster lane: everything queued, grouped by the node that serves
-//! each operation's slot, one script call per node, all sent at once.
+//! Cluster lanes: each master has lanes of its own, over connections
+//! floodgate dials to it directly, so each node's calls go and come back on
+//! their own. A request's operations are split by the node that serves
+//! their slot (floodgate's slot table), each part joins the queue of its
+//! node's lane, and the parts' replies are put back in order. A node that
+//! does not answer delays and fails only the requests that touch its slots;
+//! a request whose operations are all on live nodes is answered at normal
+//! speed.
 //!
-//! A call's declared keys must share a slot, so a node's call carries its
-//! keys as arguments (`node_batch.lua`) and checks, before writing
+//! A node lane's call carries the operations of every hash tag its node
+//! serves. A call's declared keys must share a slot, so the call carries
+//! its keys as arguments (`node_batch.lua`) and checks, before writing
 //! anything, that the node serves each of its slots and is not moving it
-//! (one probe key per slot). Where floodgate's slot table was wrong (a slot
-//! moved, or is moving), that call writes nothing and its operations go
-//! again, per hash tag, routed and redirected by the cluster client: a
-//! second round trip for them, never a lost or doubled count.
-//! Operations of one hash tag only, or of a slot the table does not know,
-//! go per hash tag from the start (the plain batch script, keys declared).
+//! (one probe key per slot); a call of one hash tag declares its keys (the
+//! plain batch script), and the server itself checks the slot. Where
+//! floodgate's slot table was wrong (a slot moved, is moving, or a master
+//! was demoted), the call writes nothing and its requests go to a routed
+//! lane: one call per hash tag through the cluster client, which follows
+//! MOVED and ASK. A second round trip for them, never a lost or doubled
+//! count. Operations of a slot the table does not place go routed from the
+//! start.
+//!
+//! The slot table is read again (at most four times a second) when a call
+//! finds it wrong, when a node call fails (a master may have died and its
+//! replica been promoted) and on MOVED or CLUSTERDOWN.
 
-use super::{Job, LaneError, MAX_REQUESTS_PER_CALL, Waiting, batch_of};
-use crate::store::redis::coalesce::LaneOp;
+use super::{
+    Job, Lane, LaneError, LaneOp, MAX_REQUESTS_PER_CALL, Replies, Target, Waiting, batch_of,
+};
+use crate::store::StoreError;
 use crate::store::redis::command::{KeysIn, key_of};
-use crate::store::redis::execute::{bad_reply, execute_batch, execute_node_batch};
+use crate::store::redis::execute::{bad_reply, execute_batch};
+use crate::store::redis::fault::Signals;
 use crate::store::redis::slots::{Owners, SlotTable, slot_of};
+use arc_swap::ArcSwapOption;
 use futures_util::future::join_all;
 use redis::RedisResult;
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::warn;
 
-/// Where one operation sits in a lane's batch: (job, operation).
+/// Dials a Cluster master directly, as the cluster client would (auth,
+/// TLS, timeouts): what a node lane's connection is made of.
+pub(in crate::store::redis) type Dial =
+    Box<dyn Fn(&str) -> Result<ConnectionManager, StoreError> + Send + Sync>;
+
+/// The lanes of one Cluster connection: per master, and routed.
+pub(in crate::store::redis) struct ClusterLanes {
+    /// The cluster client: routed calls and reads of the slot table.
+    conn: ClusterConnection,
+    slots: Arc<SlotTable>,
+    dial: Dial,
+    /// Lanes per master (the pool size).
+    per_node: usize,
+    /// One call per hash tag through the cluster client.
+    routed: Vec<Lane>,
+    /// The node lanes of the table last seen.
+    placement: ArcSwapOption<Placement>,
+    signals: Arc<Signals>,
+    next: AtomicUsize,
+    /// Bound of one read of the slot table from one node.
+    read_within: Duration,
+}
+
+impl std::fmt::Debug for ClusterLanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterLanes")
+            .field("per_node", &self.per_node)
+            .field("routed", &self.routed.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The node lanes for one reading of the slot table.
+struct Placement {
+    owners: Arc<Owners>,
+    /// By node number: its address, a connection for reading the table,
+    /// its lanes (none when it could not be dialled: its operations go
+    /// routed).
+    nodes: Vec<NodeLanes>,
+}
+
+struct NodeLanes {
+    addr: String,
+    conn: Option<ConnectionManager>,
+    lanes: Vec<Lane>,
+}
+
+/// What a node lane needs besides its connection.
+pub(in crate::store::redis) struct Node {
+    pub(super) conn: ConnectionManager,
+    /// Where the jobs of slots this node no longer serves go.
+    routed: Lane,
+    slots: Arc<SlotTable>,
+}
+
+impl Node {
+    /// The call for a round's operations: the node batch script with one
+    /// probe per slot, or the plain batch script when they share one hash
+    /// tag (one slot, which the server checks itself).
+    pub(super) fn command<'a>(
+        &self,
+        ops: impl Iterator<Item = &'a LaneOp> + Clone,
+    ) -> (redis::Cmd, usize) {
+        node_command(ops)
+    }
+
+    /// The node does not serve one of the call's slots (nothing was
+    /// written): the table is read again, and the jobs go routed.
+    pub(super) fn not_here(&self, batch: &mut Vec<Job>) {
+        self.slots.mark_stale();
+        self.routed.forward(batch);
+    }
+
+    /// The node's call failed: it may have died, and a replica taken its
+    /// slots.
+    pub(super) fn failed(&self) {
+        self.slots.mark_stale();
+    }
+}
+
+/// See [`Node::command`].
+fn node_command<'a>(ops: impl Iterator<Item = &'a LaneOp> + Clone) -> (redis::Cmd, usize) {
+    let mut tags = ops.clone().map(|op| hash_tag(&op.cmd));
+    let first = tags.next();
+    if tags.all(|tag| Some(tag) == first) {
+        return batch_of(ops, KeysIn::Keys);
+    }
+    let mut slots: Vec<u16> = Vec::new();
+    let mut probes = Vec::new();
+    for op in ops.clone() {
+        let tag = hash_tag(&op.cmd);
+        let slot = slot_of(tag);
+        if !slots.contains(&slot) {
+            slots.push(slot);
+            probes.push(probe_key(key_of(&op.cmd), tag));
+        }
+    }
+    batch_of(ops, KeysIn::Args { probes: &probes })
+}
+
+impl ClusterLanes {
+    /// Lanes over `conn` (routed) and over connections `dial` makes to each
+    /// master the table names, `per_node` per master.
+    pub(in crate::store::redis) fn new(
+        conn: ClusterConnection,
+        slots: Arc<SlotTable>,
+        dial: Dial,
+        per_node: usize,
+        signals: Arc<Signals>,
+        read_within: Duration,
+    ) -> Self {
+        let routed = (0..per_node.max(1))
+            .map(|_| Lane::spawn_routed(conn.clone(), Arc::clone(&signals)))
+            .collect();
+        Self {
+            conn,
+            slots,
+            dial,
+            per_node: per_node.max(1),
+            routed,
+            placement: ArcSwapOption::empty(),
+            signals,
+            next: AtomicUsize::new(0),
+            read_within,
+        }
+    }
+
+    /// Runs one request's operations: each part on its node's lane, all at
+    /// once; the replies in the operations' order, or the first part's
+    /// error.
+    pub(in crate::store::redis) async fn run(
+        &self,
+        ops: Vec<LaneOp>,
+        deadline: Instant,
+    ) -> Replies {
+        let placement = self.placement();
+        self.slots.refresh_if_stale(
+            &self.conn,
+            || {
+                placement
+                    .iter()
+                    .flat_map(|p| p.nodes.iter().filter_map(|n| n.conn.clone()))
+                    .collect()
+            },
+            self.read_within,
+        );
+        let pick = crate::store::redis::connection::in_runs(&self.next, usize::MAX);
+        let node_of = |op: &LaneOp| {
+            let owners = &placement.as_deref()?.owners;
+            owners.of(slot_of(hash_tag(&op.cmd)))
+        };
+        let first = ops.first().and_then(node_of);
+        if ops.iter().all(|op| node_of(op) == first) {
+            let lane = self.lane(placement.as_deref(), first, pick);
+            return lane
+                .ok_or_else(super::lane_closed)?
+                .run(ops, deadline)
+                .await;
+        }
+        // Several nodes: split, run the parts at once, put the replies
+        // back in order.
+        let lens: Vec<usize> = ops.iter().map(|op| op.reply_len).collect();
+        let mut parts: Vec<(Option<u16>, Vec<usize>, Vec<LaneOp>)> = Vec::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            let node = node_of(&op);
+            match parts.iter_mut().find(|(n, _, _)| *n == node) {
+                Some((_, at, part)) => {
+                    at.push(i);
+                    part.push(op);
+                }
+                None => parts.push((node, vec![i], vec![op])),
+            }
+        }
+        let results = join_all(parts.into_iter().map(|(node, at, part)| {
+            let lane = self.lane(placement.as_deref(), node, pick);
+            async move {
+                let result = match lane {
+                    Some(lane) => lane.run(part, deadline).await,
+                    None => Err(super::lane_closed()),
+                };
+                (at, result)
+            }
+        }))
+        .await;
+        let mut own: Vec<&[i64]> = vec![&[]; lens.len()];
+        let mut all = Vec::with_capacity(results.len());
+        for (at, result) in &results {
+            let replies = result.as_ref().map_err(Clone::clone)?;
+            all.push((at, replies));
+        }
+        for (at, replies) in all {
+            let mut rest = replies.as_slice();
+            for &i in at {
+                let n = lens.get(i).copied().unwrap_or(0);
+                let (mine, tail) = rest.split_at_checked(n).unwrap_or((rest, &[]));
+                rest = tail;
+                if let Some(slot) = own.get_mut(i) {
+                    *slot = mine;
+                }
+            }
+        }
+        Ok(own.concat())
+    }
+
+    /// The lane for operations of `node` (routed when the table places
+    /// them nowhere, or their node could not be dialled).
+    fn lane<'a>(
+        &'a self,
+        placement: Option<&'a Placement>,
+        node: Option<u16>,
+        pick: usize,
+    ) -> Option<&'a Lane> {
+        let lanes = node
+            .and_then(|node| placement?.nodes.get(usize::from(node)))
+            .map(|node| node.lanes.as_slice())
+            .filter(|lanes| !lanes.is_empty())
+            .unwrap_or(&self.routed);
+        lanes.get(pick % lanes.len().max(1))
+    }
+
+    /// The node lanes for the table as last read, built when the table
+    /// changed (lanes of masters still named are kept; the others end
+    /// with their last request).
+    fn placement(&self) -> Option<Arc<Placement>> {
+        let owners = self.slots.owners()?;
+        let current = self.placement.load_full();
+        if let Some(current) = &current
+            && Arc::ptr_eq(&current.owners, &owners)
+        {
+            return Some(Arc::clone(current));
+        }
+        let nodes = owners
+            .addrs()
+            .iter()
+            .map(|addr| {
+                if let Some(kept) = current
+                    .as_deref()
+                    .and_then(|p| p.nodes.iter().find(|n| &n.addr == addr))
+                {
+                    return NodeLanes {
+                        addr: addr.clone(),
+                        conn: kept.conn.clone(),
+                        lanes: kept.lanes.clone(),
+                    };
+                }
+                self.dial_node(addr)
+            })
+            .collect();
+        let placement = Arc::new(Placement { owners, nodes });
+        self.placement.store(Some(Arc::clone(&placement)));
+        Some(placement)
+    }
+
+    fn dial_node(&self, addr: &str) -> NodeLanes {
+        match (self.dial)(addr) {
+            Ok(conn) => {
+                let routed = self.routed.first().cloned();
+                let lanes = routed
+                    .map(|routed| {
+                        (0..self.per_node)
+                            .map(|_| {
+                                let node = Node {
+                                    conn: conn.clone(),
+                                    routed: routed.clone(),
+                                    slots: Arc::clone(&self.slots),
+                                };
+                                Lane::spawn(Target::Node(node), Arc::clone(&self.signals))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                NodeLanes {
+                    addr: addr.to_owned(),
+                    conn: Some(conn),
+                    lanes,
+                }
+            }
+            Err(err) => {
+                warn!(error = &err as &dyn std::error::Error, redis.node = %addr, "cannot dial a Cluster master; its operations go through the cluster client");
+                NodeLanes {
+                    addr: addr.to_owned(),
+                    conn: None,
+                    lanes: Vec::new(),
+                }
+            }
+        }
+    }
+}
+
+/// Where one operation sits in a routed lane's round: (job, operation).
 type At = (usize, usize);
 
-/// One script call of a lane's round.
-struct Call {
-    /// The operations it carries, in arrival order.
-    members: Vec<At>,
-    /// The slot of its first key: the call goes to the node serving it.
-    slot: u16,
-    /// A node call's (`node_batch.lua`) probe keys, one per slot of its
-    /// operations (see [`probe_key`]); `None` for a call for one hash tag.
-    probes: Option<Vec<Vec<u8>>>,
-}
-
-/// A node's call while a round is planned.
-struct NodeCall<'a> {
-    call: Call,
-    /// The slots of its operations so far (one probe each).
-    slots: Vec<u16>,
-    first_tag: &'a [u8],
-    /// Whether all its operations share `first_tag`.
-    one_tag: bool,
-}
+/// One routed call: its operations, in arrival order.
+type Call = Vec<At>;
 
 /// A call's operations and its result: their flat replies, or the error.
 type Done = (Vec<At>, RedisResult<Vec<i64>>);
 
-/// The Cluster lane's task.
-pub(super) async fn drive(
+/// The routed lane's task: each round, one call per hash tag through the
+/// cluster client.
+pub(super) async fn drive_routed(
     conn: ClusterConnection,
-    slots: Arc<SlotTable>,
     jobs: mpsc::Receiver<Job>,
+    signals: Arc<Signals>,
 ) {
     let mut waiting = Waiting::new(jobs);
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_REQUESTS_PER_CALL);
     while waiting.take(&mut batch).await {
-        slots.refresh_if_stale(&conn);
         // The operations, out of their jobs for the round: the calls read
         // them while the lane keeps the jobs' deadlines.
         let ops: Vec<Vec<LaneOp>> = batch
             .iter_mut()
             .map(|job| std::mem::take(&mut job.ops))
             .collect();
-        let calls = plan(&ops, slots.owners().as_deref());
-        let round = run(&conn, &slots, &ops, calls);
+        let calls = per_tag(&ops);
+        for call in &calls {
+            signals.count_call(
+                call.iter()
+                    .map(|&(j, _)| j)
+                    .fold(Vec::new(), |mut jobs, j| {
+                        if !jobs.contains(&j) {
+                            jobs.push(j);
+                        }
+                        jobs
+                    })
+                    .len(),
+            );
+        }
+        let round = join_all(calls.into_iter().map(|call| send(&conn, &ops, call)));
         match waiting.await_call(round, &mut batch).await {
-            Some(results) => deliver(&mut batch, &ops, results),
+            Some(results) => {
+                for (_, result) in &results {
+                    if let Err(err) = result {
+                        signals.failed(err);
+                    }
+                }
+                deliver(&mut batch, &ops, results);
+            }
             None => batch.clear(),
         }
     }
 }
 
-/// The calls of a round: one per node for the operations of slots the
-/// table places, when they span more than one hash tag; one per hash tag
-/// for the rest.
-fn plan(ops: &[Vec<LaneOp>], owners: Option<&Owners>) -> Vec<Call> {
-    let mut nodes: HashMap<u16, NodeCall<'_>> = HashMap::new();
-    let mut unplaced = Vec::new();
+/// One call per hash tag, in arrival order within each.
+fn per_tag(ops: &[Vec<LaneOp>]) -> Vec<Call> {
+    let mut tags: HashMap<&[u8], Call> = HashMap::new();
     for (j, job) in ops.iter().enumerate() {
         for (o, op) in job.iter().enumerate() {
-            let tag = hash_tag(&op.cmd);
-            let slot = slot_of(tag);
-            let Some(node) = owners.and_then(|owners| owners.of(slot)) else {
-                unplaced.push((j, o));
-                continue;
-            };
-            let node = nodes.entry(node).or_insert_with(|| NodeCall {
-                call: Call {
-                    members: Vec::new(),
-                    slot,
-                    probes: Some(Vec::new()),
-                },
-                slots: Vec::new(),
-                first_tag: tag,
-                one_tag: true,
-            });
-            node.one_tag &= node.first_tag == tag;
-            node.call.members.push((j, o));
-            if !node.slots.contains(&slot) {
-                node.slots.push(slot);
-                if let Some(probes) = &mut node.call.probes {
-                    probes.push(probe_key(key_of(&op.cmd), tag));
-                }
-            }
+            tags.entry(hash_tag(&op.cmd)).or_default().push((j, o));
         }
-    }
-    let mut calls = Vec::with_capacity(nodes.len());
-    for NodeCall {
-        mut call, one_tag, ..
-    } in nodes.into_values()
-    {
-        if one_tag {
-            // One slot: the plain batch script, its keys declared.
-            call.probes = None;
-        }
-        calls.push(call);
-    }
-    calls.extend(per_tag(ops, unplaced));
-    calls
-}
-
-/// One call per hash tag for `members`, in arrival order within each.
-fn per_tag(ops: &[Vec<LaneOp>], members: Vec<At>) -> Vec<Call> {
-    let mut tags: HashMap<&[u8], Call> = HashMap::new();
-    for at in members {
-        let Some(op) = op_at(ops, at) else {
-            continue;
-        };
-        let tag = hash_tag(&op.cmd);
-        tags.entry(tag)
-            .or_insert_with(|| Call {
-                members: Vec::new(),
-                slot: slot_of(tag),
-                probes: None,
-            })
-            .members
-            .push(at);
     }
     tags.into_values().collect()
 }
 
-/// Runs a round's calls at once; the operations of node calls that found
-/// the table wrong (they wrote nothing) go again per hash tag. The table is
-/// marked for a refresh then, and when a node call fails (a node may have
-/// gone away).
-async fn run(
-    conn: &ClusterConnection,
-    slots: &SlotTable,
-    ops: &[Vec<LaneOp>],
-    calls: Vec<Call>,
-) -> Vec<Done> {
-    let first = join_all(calls.into_iter().map(|call| send(conn, ops, call))).await;
-    let mut done = Vec::with_capacity(first.len());
-    let mut again = Vec::new();
-    for (members, result) in first {
-        match result {
-            Ok(Some(replies)) => done.push((members, Ok(replies))),
-            Ok(None) => again.extend(members),
-            Err(err) => {
-                slots.mark_stale();
-                done.push((members, Err(err)));
-            }
-        }
-    }
-    if !again.is_empty() {
-        slots.mark_stale();
-        let calls = per_tag(ops, again);
-        let retried = join_all(calls.into_iter().map(|call| send(conn, ops, call))).await;
-        done.extend(retried.into_iter().map(|(members, result)| {
-            // A call per tag is redirected by the client, never refused.
-            let result = result.and_then(|replies| {
-                replies.ok_or_else(|| bad_reply("node batch reply to a call per tag".to_owned()))
-            });
-            (members, result)
-        }));
-    }
-    done
-}
-
-/// Sends one call: its replies, or `None` when a node call found a slot
-/// its node does not serve stably (and wrote nothing).
-async fn send(
-    conn: &ClusterConnection,
-    ops: &[Vec<LaneOp>],
-    call: Call,
-) -> (Vec<At>, RedisResult<Option<Vec<i64>>>) {
-    let members = call.members.iter().filter_map(|&at| op_at(ops, at));
+/// Sends one routed call (keys declared: the client routes it by them).
+async fn send(conn: &ClusterConnection, ops: &[Vec<LaneOp>], call: Call) -> Done {
+    let members = call.iter().filter_map(|&at| op_at(ops, at));
     let mut conn = conn.clone();
-    let result = if let Some(probes) = &call.probes {
-        let (cmd, expected) = batch_of(members, KeysIn::Args { probes });
-        execute_node_batch(&mut conn, &cmd, call.slot, expected).await
-    } else {
-        let (cmd, expected) = batch_of(members, KeysIn::Keys);
-        execute_batch(&mut conn, &cmd, expected).await.map(Some)
-    };
-    (call.members, result)
+    let (cmd, expected) = batch_of(members, KeysIn::Keys);
+    let result = execute_batch(&mut conn, &cmd, expected).await;
+    (call, result)
 }
 
 /// The probe key of the slot of `key` (whose hash tag is `tag`): a key of
@@ -283,8 +490,8 @@ fn hash_tag(cmd: &redis::Cmd) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
-    use super::{LaneOp, hash_tag, plan};
-    use crate::store::redis::slots::{Owners, slot_of};
+    use super::{LaneOp, hash_tag, per_tag, probe_key};
+    use crate::store::redis::slots::slot_of;
 
     fn op(key: &str) -> redis::Cmd {
         let mut cmd = redis::Cmd::new();
@@ -314,116 +521,67 @@ mod tests {
             .collect()
     }
 
-    /// Two nodes: slots below 8192 on one, the rest on the other.
-    fn two_nodes() -> Owners {
-        let range = |start: i64, end: i64, id: &str| {
-            redis::Value::Array(vec![
-                redis::Value::Int(start),
-                redis::Value::Int(end),
-                redis::Value::Array(vec![
-                    redis::Value::BulkString(b"127.0.0.1".to_vec()),
-                    redis::Value::Int(7000),
-                    redis::Value::BulkString(id.as_bytes().to_vec()),
-                ]),
-            ])
-        };
-        Owners::parse(&redis::Value::Array(vec![
-            range(0, 8_191, "a"),
-            range(8_192, 16_383, "b"),
-        ]))
-        .unwrap()
-    }
-
     #[test]
-    fn a_round_is_one_call_per_node_and_every_operation_is_in_one() {
-        // Keys whose tags fall on each side, several per side.
-        let tags: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
-        let keys: Vec<String> = tags.iter().map(|t| format!("p:{{{t}}}x")).collect();
-        let batch: Vec<Vec<LaneOp>> = keys
-            .chunks(3)
-            .map(|c| job(&c.iter().map(String::as_str).collect::<Vec<_>>()))
-            .collect();
-        let owners = two_nodes();
-        let calls = plan(&batch, Some(&owners));
-        assert_eq!(calls.len(), 2, "one call per node");
-        let mut seen: Vec<(usize, usize)> = calls.iter().flat_map(|c| c.members.clone()).collect();
-        seen.sort_unstable();
-        let all: Vec<(usize, usize)> = batch
-            .iter()
-            .enumerate()
-            .flat_map(|(j, job)| (0..job.len()).map(move |o| (j, o)))
-            .collect();
-        assert_eq!(seen, all, "every operation once");
-        for call in &calls {
-            assert!(call.probes.is_some());
-            let node = owners.of(call.slot);
-            for &(j, o) in &call.members {
-                let tag = hash_tag(&batch[j][o].cmd);
-                assert_eq!(
-                    owners.of(slot_of(tag)),
-                    node,
-                    "each call's keys on its node"
-                );
-            }
-            // Arrival order kept within a call.
-            assert!(call.members.windows(2).all(|w| w[0] < w[1]));
-        }
+    fn a_routed_round_is_one_call_per_hash_tag_in_arrival_order() {
+        let batch = vec![
+            job(&["{a}x", "{b}x"]),
+            job(&["{a}y"]),
+            job(&["{b}z", "{c}w"]),
+        ];
+        let mut calls = per_tag(&batch);
+        calls.sort_unstable();
+        assert_eq!(
+            calls,
+            [vec![(0, 0), (1, 0)], vec![(0, 1), (2, 0)], vec![(2, 1)]]
+        );
     }
 
     #[test]
     fn probes_are_one_missing_key_per_slot_in_that_slot() {
-        // One node serving every slot: one node call.
-        let one_node = Owners::parse(&redis::Value::Array(vec![redis::Value::Array(vec![
-            redis::Value::Int(0),
-            redis::Value::Int(16_383),
-            redis::Value::Array(vec![
-                redis::Value::BulkString(b"127.0.0.1".to_vec()),
-                redis::Value::Int(7000),
-                redis::Value::BulkString(b"a".to_vec()),
-            ]),
-        ])]))
-        .unwrap();
-        let batch = vec![
-            job(&["p:{a}f60:1", "p:{a}f3600:0"]),
-            job(&["{b}s1:0", "plain"]),
-        ];
-        let calls = plan(&batch, Some(&one_node));
-        assert_eq!(calls.len(), 1);
-        let probes = calls[0].probes.as_ref().unwrap();
-        let text: Vec<String> = probes
-            .iter()
-            .map(|p| String::from_utf8_lossy(p).into_owned())
-            .collect();
+        for (key, probe) in [
+            ("p:{a}f60:1", "{a}floodgate:slot-probe"),
+            ("{b}s1:0", "{b}floodgate:slot-probe"),
+            ("plain", "plain"),
+        ] {
+            let cmd = op(key);
+            let tag = hash_tag(&cmd);
+            let made = probe_key(key.as_bytes(), tag);
+            assert_eq!(String::from_utf8_lossy(&made), probe);
+            assert_eq!(
+                slot_of(hash_tag(&op(std::str::from_utf8(&made).unwrap()))),
+                slot_of(tag)
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_call_of_one_tag_declares_its_keys_and_of_many_probes_each_slot() {
+        use crate::store::redis::command::bytes_of;
+        use crate::store::redis::scripts;
+        let text = |cmd: &redis::Cmd| -> Vec<String> {
+            bytes_of(cmd)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect()
+        };
+        let one = job(&["{hot}a", "{hot}b"]);
+        let (cmd, expected) = super::node_command(one.iter());
+        assert_eq!(expected, 4);
+        assert_eq!(text(&cmd)[1], scripts::BATCH.get_hash());
+        let many = job(&["p:{a}f60:1", "p:{a}f3600:0", "{b}s1:0", "plain"]);
+        let (cmd, expected) = super::node_command(many.iter());
+        assert_eq!(expected, 8);
+        let args = text(&cmd);
+        assert_eq!(args[1], scripts::NODE_BATCH.get_hash());
+        // 0 keys, 4 operations, 3 probes (one per slot), the 4 keys, then
+        // the probes.
+        assert_eq!(&args[2..5], ["0", "4", "3"]);
         assert_eq!(
-            text,
+            &args[9..12],
             [
                 "{a}floodgate:slot-probe",
                 "{b}floodgate:slot-probe",
                 "plain"
             ]
         );
-        for (probe, key) in probes.iter().zip(["{a}x", "{b}x", "plain"]) {
-            assert_eq!(
-                slot_of(hash_tag(&op(std::str::from_utf8(probe).unwrap()))),
-                slot_of(hash_tag(&op(key)))
-            );
-        }
-    }
-
-    #[test]
-    fn one_tag_or_no_table_goes_per_tag_with_keys_declared() {
-        let batch = vec![job(&["{hot}a", "{hot}b"]), job(&["{hot}a"])];
-        let calls = plan(&batch, Some(&two_nodes()));
-        assert_eq!(calls.len(), 1);
-        assert!(calls[0].probes.is_none());
-        assert_eq!(calls[0].slot, slot_of(b"hot"));
-        // Without a table: one call per tag.
-        let batch = vec![job(&["{a}x", "{b}x"]), job(&["{a}y"])];
-        let calls = plan(&batch, None);
-        assert_eq!(calls.len(), 2);
-        assert!(calls.iter().all(|c| c.probes.is_none()));
-        let mut sizes: Vec<usize> = calls.iter().map(|c| c.members.len()).collect();
-        sizes.sort_unstable();
-        assert_eq!(sizes, [1, 2]);
     }
 }

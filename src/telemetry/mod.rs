@@ -1,4 +1,8 @@
-//! Installs the tracing subscriber: the only place that does.
+//! Installs the tracing subscriber: the only place that does. Lines of
+//! dependencies that use the `log` crate reach it through
+//! [`log_bridge`], their warnings rate limited.
+
+mod log_bridge;
 
 use crate::settings::LogFormat;
 use tracing_subscriber::EnvFilter;
@@ -17,7 +21,10 @@ pub enum TelemetryError {
     },
     /// A global subscriber was already installed.
     #[error("logging already initialised")]
-    AlreadySet(#[source] tracing_subscriber::util::TryInitError),
+    AlreadySet(#[source] tracing::subscriber::SetGlobalDefaultError),
+    /// A `log` logger was already installed.
+    #[error("logging of dependencies already initialised")]
+    LogAlreadySet(#[source] log::SetLoggerError),
 }
 
 /// Installs a global subscriber writing to stderr. `RUST_LOG`, when set in
@@ -28,7 +35,6 @@ pub enum TelemetryError {
 /// [`TelemetryError`] if the filter is invalid or a subscriber exists.
 pub fn init(level: &str, rust_log: Option<&str>, format: LogFormat) -> Result<(), TelemetryError> {
     use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
 
     let directive = rust_log.filter(|s| !s.is_empty()).unwrap_or(level);
     let filter =
@@ -40,26 +46,38 @@ pub fn init(level: &str, rust_log: Option<&str>, format: LogFormat) -> Result<()
             })?;
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
-        LogFormat::Text => registry
-            .with(
+        LogFormat::Text => tracing::subscriber::set_global_default(
+            registry.with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
                     // Colour only on a terminal: files and log shippers get
                     // plain text.
                     .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
-            )
-            .try_init(),
-        LogFormat::Json => registry
-            .with(
+            ),
+        ),
+        LogFormat::Json => tracing::subscriber::set_global_default(
+            registry.with(
                 tracing_subscriber::fmt::layer()
                     .json()
                     .flatten_event(true)
                     .with_current_span(false)
                     .with_writer(std::io::stderr),
-            )
-            .try_init(),
+            ),
+        ),
     };
-    result.map_err(TelemetryError::AlreadySet)
+    result.map_err(TelemetryError::AlreadySet)?;
+    log::set_boxed_logger(Box::new(log_bridge::LogBridge::default()))
+        .map_err(TelemetryError::LogAlreadySet)?;
+    // Lines the tracing filter would drop are not even formatted.
+    log::set_max_level(match tracing::level_filters::LevelFilter::current() {
+        tracing::level_filters::LevelFilter::OFF => log::LevelFilter::Off,
+        tracing::level_filters::LevelFilter::ERROR => log::LevelFilter::Error,
+        tracing::level_filters::LevelFilter::WARN => log::LevelFilter::Warn,
+        tracing::level_filters::LevelFilter::INFO => log::LevelFilter::Info,
+        tracing::level_filters::LevelFilter::DEBUG => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    });
+    Ok(())
 }
 
 /// An error and each of its causes, `: `-joined: the one line an operator
