@@ -221,6 +221,9 @@ pub struct StoreArgs {
     /// Deadline of one Redis connection attempt [env: REDIS_CONNECT_TIMEOUT] [default: 1s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub redis_connect_timeout: Option<Duration>,
+    /// Drop and redial a Redis connection that answers READONLY (a demoted master behind a repointed address) [env: REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR] [default: true]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub redis_close_connection_on_readonly_error: Option<bool>,
     /// Send one-second windows to a second Redis, set by REDIS_PERSECOND_* [env: REDIS_PERSECOND]
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub redis_persecond: Option<bool>,

@@ -108,5 +108,13 @@ pub(super) fn redis_config<'a>(
             "EXPIRATION_JITTER_MAX_SECONDS",
             300,
         )?,
+        // One setting for both Redis stores, as in the reference.
+        redial_on_readonly: match (
+            args.redis_close_connection_on_readonly_error,
+            get("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR"),
+        ) {
+            (None, None) => true,
+            (flag, env) => boolean(flag, env, "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR")?,
+        },
     })
 }

@@ -219,6 +219,23 @@ fn redis_defaults() {
     );
     assert!(redis.per_second.is_none());
     assert!(resolve(&[], &[]).unwrap().redis.is_none());
+    // READONLY redials by default; the reference's variable turns it off.
+    let off = resolve(
+        &["--store", "redis"],
+        &[("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "false")],
+    )
+    .unwrap();
+    assert!(!off.redis.unwrap().main.redial_on_readonly);
+    let bad = resolve(
+        &["--store", "redis"],
+        &[("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "maybe")],
+    )
+    .unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR"),
+        "{bad}"
+    );
     let err = resolve(&["--store", "redis"], &[("REDIS_TYPE", "ring")]).unwrap_err();
     assert!(
         err.to_string().contains("single, sentinel or cluster"),

@@ -10,6 +10,7 @@ mod cluster;
 mod conformance;
 mod e2e;
 mod e2e_rlqs;
+mod faults;
 mod gateway;
 mod grpc;
 mod hostile;

@@ -6,6 +6,7 @@ pub mod envoy;
 pub mod grpc;
 pub mod http;
 pub mod otlp;
+pub mod proxy;
 pub mod redis;
 pub mod rlqs;
 pub mod tls;

@@ -284,21 +284,26 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts `masters` cluster-enabled servers and joins them.
     pub fn start(masters: usize) -> Self {
-        let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| {
-                RedisServer::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-            })
+        Self::start_with(masters, 0, &["--cluster-node-timeout", "2000"])
+    }
+
+    /// Starts `masters` masters with `replicas` replicas each (as
+    /// `redis-cli --cluster create --cluster-replicas` places them: the
+    /// first `masters` nodes are the masters), each server with `extra`
+    /// arguments.
+    pub fn start_with(masters: usize, replicas: usize, extra: &[&str]) -> Self {
+        let args: Vec<&str> = ["--cluster-enabled", "yes"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| RedisServer::start_with(&args))
             .collect();
         let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
         args.extend(nodes.iter().map(RedisServer::addr));
         args.extend([
             "--cluster-replicas".to_owned(),
-            "0".to_owned(),
+            replicas.to_string(),
             "--cluster-yes".to_owned(),
         ]);
         let out = Command::new(cli_bin())
@@ -324,6 +329,68 @@ impl RedisCluster {
         self.nodes.iter().all(|n| {
             n.cli(&["CLUSTER", "INFO"])
                 .is_some_and(|info| info.contains("cluster_state:ok"))
+        }) && self.replicas_attached()
+    }
+
+    /// Whether every replica is in sync with its master (`--cluster create`
+    /// sets them up a moment after the masters; a replica that never synced
+    /// would refuse to fail over).
+    fn replicas_attached(&self) -> bool {
+        let Some(table) = self
+            .nodes
+            .first()
+            .and_then(|n| n.cli(&["CLUSTER", "NODES"]))
+        else {
+            return false;
+        };
+        let masters = table.lines().filter(|l| l.contains("master")).count();
+        let in_sync = self
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.cli(&["INFO", "replication"]).is_some_and(|info| {
+                    info.contains("role:slave") && info.contains("master_link_status:up")
+                })
+            })
+            .count();
+        in_sync == self.nodes.len() - masters
+    }
+
+    /// The node serving `slot` as node `asked` sees it (`CLUSTER NODES`):
+    /// its index in `nodes`.
+    pub fn serving(&self, asked: usize, slot: u16) -> Option<usize> {
+        let table = self.nodes[asked].cli(&["CLUSTER", "NODES"])?;
+        table.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if !fields.get(2)?.contains("master") || fields.get(2)?.contains("fail") {
+                return None;
+            }
+            let serves = fields.iter().skip(8).any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                match (a.parse::<u16>(), b.parse::<u16>()) {
+                    (Ok(a), Ok(b)) => (a..=b).contains(&slot),
+                    _ => false,
+                }
+            });
+            let port: u16 = fields.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+            serves
+                .then(|| self.nodes.iter().position(|n| n.port == port))
+                .flatten()
+        })
+    }
+
+    /// The replica of master `i` (its index in `nodes`).
+    pub fn replica_of(&self, i: usize) -> Option<usize> {
+        let id = self.nodes[i].cli(&["CLUSTER", "MYID"])?;
+        let id = id.trim();
+        self.nodes.iter().position(|n| {
+            n.cli(&["INFO", "replication"])
+                .is_some_and(|info| info.contains("role:slave"))
+                && n.cli(&["CLUSTER", "NODES"]).is_some_and(|nodes| {
+                    nodes
+                        .lines()
+                        .any(|l| l.contains("myself") && l.contains(id))
+                })
         })
     }
 

@@ -42,6 +42,11 @@ pub struct RedisConfig {
     /// `REDIS_TLS` and its certificates; `None` is plaintext (unless the
     /// URL itself says `rediss://`).
     pub tls: Option<RedisTls>,
+    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR` (default on): a
+    /// connection that answers READONLY (a master demoted behind a DNS name
+    /// or a Service) is dropped and dialled afresh. LOADING, MASTERDOWN and
+    /// dropped connections are dialled afresh either way.
+    pub redial_on_readonly: bool,
 }
 
 /// TLS to Redis (`REDIS_TLS`, `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`,
@@ -96,6 +101,7 @@ impl RedisConfig {
             key_prefix: String::new(),
             expiration_jitter_max_secs: 0,
             tls: None,
+            redial_on_readonly: true,
         }
     }
 

@@ -25,19 +25,26 @@ pub(super) fn is_unsent(err: &RedisError) -> bool {
 /// take writes now (READONLY, LOADING, MASTERDOWN), or is gone: it must be
 /// replaced, not reused.
 pub(super) fn needs_redial(err: &RedisError) -> bool {
-    matches!(
-        err.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::ReadOnly | ServerErrorKind::BusyLoading | ServerErrorKind::MasterDown
+    is_readonly(err)
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(ServerErrorKind::BusyLoading | ServerErrorKind::MasterDown)
         )
-    ) || err.is_connection_dropped()
+        || err.is_connection_dropped()
         || err.is_unrecoverable_error()
+}
+
+fn is_readonly(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 /// Shared by a store's lanes: the redial signal and the call counters
 /// behind `/metrics`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Signals {
+    /// Whether READONLY asks for a redial
+    /// (`REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`).
+    redial_on_readonly: bool,
     /// Raised when a lane met an error that [`needs_redial`]; the store's
     /// maintenance task dials afresh.
     pub(super) redial: Notify,
@@ -55,6 +62,16 @@ pub struct CallStats {
 }
 
 impl Signals {
+    /// Signals of a store; `redial_on_readonly` as configured.
+    pub(super) fn new(redial_on_readonly: bool) -> Self {
+        Self {
+            redial_on_readonly,
+            redial: Notify::new(),
+            calls: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        }
+    }
+
     /// Counts one script call carrying `requests` requests.
     pub(super) fn count_call(&self, requests: usize) {
         self.calls.fetch_add(1, Ordering::Relaxed);
@@ -67,7 +84,7 @@ impl Signals {
     /// Notes a failed call: raises the redial signal when the connection
     /// must be replaced.
     pub(super) fn failed(&self, err: &RedisError) {
-        if needs_redial(err) {
+        if needs_redial(err) && (self.redial_on_readonly || !is_readonly(err)) {
             self.redial.notify_one();
         }
     }

@@ -80,6 +80,7 @@ impl RedisStore {
     /// (the server does) or [`RedisStore::connect`].
     pub fn new(config: RedisConfig) -> Self {
         let keys = Keys::new(config.key_prefix.clone());
+        let signals = Arc::new(Signals::new(config.redial_on_readonly));
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -88,7 +89,7 @@ impl RedisStore {
                 connected: tokio::sync::Notify::new(),
                 jitter_seed: RandomState::new(),
                 jitter_counter: AtomicU64::new(0),
-                signals: Arc::new(Signals::default()),
+                signals,
             }),
         }
     }

@@ -12,6 +12,8 @@
 //! count; and it marks the table for a refresh.
 
 use arc_swap::ArcSwapOption;
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult, Value};
@@ -136,6 +138,9 @@ pub(super) struct SlotTable {
     /// A read is under way.
     refreshing: AtomicBool,
     last_read: parking_lot::Mutex<Option<Instant>>,
+    /// When a failed read was last logged, and the failures left out since
+    /// (at most one line a second while no node answers).
+    last_warned: parking_lot::Mutex<(Option<Instant>, u64)>,
 }
 
 impl SlotTable {
@@ -147,6 +152,7 @@ impl SlotTable {
             stale: AtomicBool::new(true),
             refreshing: AtomicBool::new(false),
             last_read: parking_lot::Mutex::new(None),
+            last_warned: parking_lot::Mutex::new((None, 0)),
         }
     }
 
@@ -166,10 +172,10 @@ impl SlotTable {
     /// no read is under way and the last began at least [`REFRESH_EVERY`]
     /// ago. Never waits: requests go on with the table they have.
     ///
-    /// The table is asked of the masters floodgate dials itself (`nodes`,
-    /// taken only when a read starts) one after the other, then of the
-    /// cluster client: a dead node answers at once with a refused
-    /// connection, and the next one is asked.
+    /// The table is asked of every master floodgate dials itself (`nodes`,
+    /// taken only when a read starts) at once, the first answer kept, so a
+    /// dead or hung node delays nothing; then, if none answered, of the
+    /// cluster client.
     pub(super) fn refresh_if_stale(
         self: &Arc<Self>,
         conn: &ClusterConnection,
@@ -189,37 +195,71 @@ impl SlotTable {
             *last = Some(now);
         }
         let table = Arc::clone(self);
-        let mut conn = conn.clone();
+        let conn = conn.clone();
         let nodes = nodes();
         tokio::spawn(async move {
             table.stale.store(false, Ordering::Relaxed);
+            // Every source at once, the first answer wins: a hung node
+            // must not delay the read behind it.
+            let mut reads: FuturesUnordered<_> = nodes
+                .into_iter()
+                .map(|node| table.read_within(node, within))
+                .collect();
             let mut last_error = None;
             let mut read = false;
-            for mut node in nodes {
-                match tokio::time::timeout(within, table.read(&mut node)).await {
-                    Ok(Ok(())) => {
+            while let Some(result) = reads.next().await {
+                match result {
+                    Ok(()) => {
                         read = true;
                         break;
                     }
-                    Ok(Err(err)) => last_error = Some(err),
-                    Err(_) => last_error = Some(timed_out()),
+                    Err(err) => last_error = Some(err),
                 }
             }
+            drop(reads);
             if !read {
-                match tokio::time::timeout(within, table.read(&mut conn)).await {
-                    Ok(Ok(())) => read = true,
-                    Ok(Err(err)) => last_error = Some(err),
-                    Err(_) => last_error = Some(timed_out()),
+                match table.read_within(conn, within).await {
+                    Ok(()) => read = true,
+                    Err(err) => last_error = Some(err),
                 }
             }
             if !read {
                 table.stale.store(true, Ordering::Relaxed);
-                if let Some(err) = last_error {
-                    warn!(error = %err, "could not read the Cluster's slot table; operations go per hash tag meanwhile");
+                if let Some(err) = last_error
+                    && let Some(left_out) = table.may_warn()
+                {
+                    warn!(error = %err, log.left_out = left_out, "could not read the Cluster's slot table; operations go per hash tag meanwhile");
                 }
             }
             table.refreshing.store(false, Ordering::Release);
         });
+    }
+
+    /// Whether a failed read may be logged now (`Some` with the failures
+    /// left out since the last line), at most once a second.
+    fn may_warn(&self) -> Option<u64> {
+        let mut warned = self.last_warned.lock();
+        let now = Instant::now();
+        if warned
+            .0
+            .is_some_and(|at| now.duration_since(at) < Duration::from_secs(1))
+        {
+            warned.1 += 1;
+            return None;
+        }
+        warned.0 = Some(now);
+        Some(std::mem::take(&mut warned.1))
+    }
+
+    /// [`SlotTable::read`] from `conn`, bounded by `within`.
+    async fn read_within<C: ConnectionLike>(
+        &self,
+        mut conn: C,
+        within: Duration,
+    ) -> RedisResult<()> {
+        tokio::time::timeout(within, self.read(&mut conn))
+            .await
+            .unwrap_or_else(|_| Err(timed_out()))
     }
 
     /// Reads the table now; it is fresh when that succeeds.
