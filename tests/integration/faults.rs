@@ -477,3 +477,202 @@ async fn a_demoted_master_behind_a_repointed_address_is_left_for_the_new_one() {
     }
     server.shutdown().await;
 }
+
+/// A Sentinel failover under three callers: Sentinel promotes the replica
+/// and demotes the old master (which then answers READONLY); floodgate
+/// follows `+switch-master`, and once a call is answered by the new master
+/// no later call fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_sentinel_failover_no_call_fails_once_the_new_master_answers() {
+    let old = RedisServer::start();
+    let new = RedisServer::start_with(&["--replicaof", "127.0.0.1", &old.port.to_string()]);
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "sentinel monitor mymaster 127.0.0.1 {} 1\nsentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n",
+            old.port
+        ),
+    )
+    .unwrap();
+    let sentinel = RedisServer::start_sentinel(&conf);
+    let synced = tokio::task::spawn_blocking({
+        let port = new.port;
+        move || {
+            poll_until(Duration::from_secs(15), Duration::from_millis(20), || {
+                crate::support::redis::cli(port, &["INFO", "replication"])
+                    .is_some_and(|i| i.contains("master_link_status:up"))
+                    .then_some(true)
+            })
+        }
+    })
+    .await
+    .unwrap();
+    assert!(synced, "the replica never synced");
+    let config = RedisConfig {
+        timeout: Duration::from_millis(300),
+        connect_timeout: Duration::from_millis(300),
+        pool_size: 3,
+        ..redis_config(RedisMode::Sentinel, format!("mymaster,{}", sentinel.addr()))
+    };
+    let server = serve(config).await;
+    let client = server.client().await;
+    let load = Load::start(&client, (0..3).map(|i| vec![format!("s{i}")]).collect());
+    let calls = load.calls.clone();
+    assert!(
+        poll_until_async(Duration::from_secs(10), Duration::from_millis(10), || {
+            let n = calls.lock().iter().filter(|(_, c)| c.ok).count();
+            async move { (n > 30).then_some(true) }
+        })
+        .await
+    );
+
+    sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]).unwrap();
+    // From the moment the old master is a replica it refuses every write:
+    // a call that starts after that and is answered OK was counted on the
+    // new master.
+    let demoted = tokio::task::spawn_blocking({
+        let port = old.port;
+        move || {
+            poll_until(Duration::from_secs(20), Duration::from_millis(5), || {
+                crate::support::redis::cli(port, &["INFO", "replication"])
+                    .is_some_and(|i| i.contains("role:slave"))
+                    .then_some(true)
+            })
+        }
+    })
+    .await
+    .unwrap();
+    assert!(demoted, "sentinel never demoted the old master");
+    let switched_from = load.order.load(Ordering::SeqCst);
+    assert!(
+        poll_until_async(Duration::from_secs(15), Duration::from_millis(10), || {
+            let counted = (0..3).all(|i| count_on(&new, &format!("s{i}")) > 40);
+            async move { counted.then_some(true) }
+        })
+        .await,
+        "calls never reached the new master"
+    );
+    let calls = load.stop().await;
+    let (first_ok, failed) = failed_after_first_ok(&calls, switched_from);
+    assert!(first_ok.is_some());
+    assert!(
+        failed.is_empty(),
+        "{} calls failed after the new master's first answer: {failed:?}",
+        failed.len()
+    );
+    server.shutdown().await;
+    drop((sentinel, old, new));
+}
+
+/// The floodgate binary on a Cluster whose master is killed (and never
+/// comes back), under load for four seconds: no kind of warning is written
+/// more than once a second (floodgate's own, and the Redis client's, whose
+/// `Failed to connect to node` and slot-refresh lines came many times a
+/// second per instance before they were rate limited).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_writes_at_most_one_line_a_second_per_kind() {
+    use std::process::{Command, Stdio};
+    let mut cluster = tokio::task::spawn_blocking(|| {
+        RedisCluster::start_with(
+            3,
+            0,
+            &[
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-require-full-coverage",
+                "no",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    let (grpc_port, http_port) = (crate::support::free_port(), crate::support::free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
+        .arg("serve")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_clear()
+        .env("BACKEND_TYPE", "redis")
+        .env("REDIS_TYPE", "cluster")
+        .env("REDIS_URL", cluster.seeds())
+        .env("GRPC_PORT", grpc_port.to_string())
+        .env("PORT", http_port.to_string())
+        .env("USE_STATSD", "false")
+        .env("LOG_FORMAT", "json")
+        .env("LOG_LEVEL", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{grpc_port}")).unwrap();
+    assert!(
+        poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
+            let channel = channel.clone();
+            async move {
+                let mut c = RateLimitServiceClient::new(channel.connect().await.ok()?);
+                c.should_rate_limit(request("edge", &[&[("remote_address", "warm")]]))
+                    .await
+                    .is_ok()
+                    .then_some(true)
+            }
+        })
+        .await,
+        "floodgate never answered"
+    );
+    let mut client = RateLimitServiceClient::new(channel.connect().await.unwrap());
+    cluster.nodes[0].stop();
+    let until = Instant::now() + Duration::from_secs(4);
+    let mut sent = 0;
+    while Instant::now() < until && sent < 20_000 {
+        let value = format!("a{}", sent % 500);
+        let _ = client
+            .should_rate_limit(request("edge", &[&[("remote_address", &value)]]))
+            .await;
+        sent += 1;
+    }
+    assert!(sent > 100, "too little load: {sent}");
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exited = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        child.try_wait().unwrap().map(|_| true)
+    });
+    if !exited {
+        child.kill().unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // (kind, second) -> lines; a kind is the line's target and message
+    // up to its first ':' (the Redis client puts the node after it).
+    let mut per_second: std::collections::HashMap<(String, String, String), u32> =
+        std::collections::HashMap::new();
+    let mut lines = 0;
+    for line in stderr.lines() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let level = event["level"].as_str().unwrap_or_default();
+        if level != "WARN" && level != "ERROR" {
+            continue;
+        }
+        lines += 1;
+        let target = event["target"].as_str().unwrap_or_default().to_owned();
+        let message = event["message"].as_str().unwrap_or_default();
+        let kind = message.split(':').next().unwrap_or_default().to_owned();
+        let second = event["timestamp"]
+            .as_str()
+            .unwrap_or_default()
+            .get(..19)
+            .unwrap_or_default()
+            .to_owned();
+        *per_second.entry((target, kind, second)).or_default() += 1;
+    }
+    let noisy: Vec<_> = per_second.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        noisy.is_empty(),
+        "{lines} warning lines for {sent} calls; more than one a second of: {noisy:?}\n{stderr}"
+    );
+}
