@@ -288,7 +288,7 @@ impl<S: Store> Limiter<S> {
                 .collect();
             let (verdict, status) = match plan {
                 _ if !known => (Verdict::UnknownDomain, Status::NO_LIMIT),
-                Plan::Unlimited => (Verdict::Unlimited, Status::UNLIMITED),
+                Plan::Unlimited { .. } => (Verdict::Unlimited, Status::UNLIMITED),
                 Plan::NoLimit => {
                     let replaced_by = (!names.get(i).is_none_or(Vec::is_empty))
                         .then(|| replacer(&walks, i, names.get(i)))

@@ -16,7 +16,12 @@ use std::time::Duration;
 #[derive(Debug)]
 pub(super) enum Plan<'a> {
     NoLimit,
-    Unlimited,
+    Unlimited {
+        /// Names of limits this rule drops from the same request: an
+        /// unlimited rule's `replaces` count too (the reference collects
+        /// every matched rule's before it drops the unlimited ones).
+        replaces: &'a [Arc<str>],
+    },
     Limited {
         /// The limits to enforce (borrowed from the rules, or one built from
         /// a request override); never empty.
@@ -181,7 +186,9 @@ impl<S: Store> Limiter<S> {
             }
             Lookup::NoMatch => Plan::NoLimit,
             Lookup::Matched(matched) => match &matched.rule.policy {
-                Policy::Unlimited => Plan::Unlimited,
+                Policy::Unlimited => Plan::Unlimited {
+                    replaces: &matched.rule.replaces,
+                },
                 Policy::Limited(limits) if limits.is_empty() => Plan::NoLimit,
                 Policy::Limited(limits) => Plan::Limited {
                     limits: Cow::Borrowed(limits),
@@ -197,14 +204,15 @@ impl<S: Store> Limiter<S> {
     }
 }
 
-/// Drops every limit whose name another matched limit of the same request
-/// `replaces` (reference: `constructLimitsToCheck`); a descriptor left with
-/// no limit is not limited.
+/// Drops every limit whose name another matched rule of the same request
+/// `replaces`, an unlimited rule included (reference:
+/// `constructLimitsToCheck`); a descriptor left with no limit is not
+/// limited.
 pub(super) fn apply_replaces(plans: &mut [Plan<'_>]) {
     // Most requests carry no `replaces` at all; they allocate nothing here.
     let mut replaced: Vec<Arc<str>> = Vec::new();
     for plan in plans.iter() {
-        if let Plan::Limited { replaces, .. } = plan {
+        if let Plan::Limited { replaces, .. } | Plan::Unlimited { replaces } = plan {
             replaced.extend(replaces.iter().cloned());
         }
     }

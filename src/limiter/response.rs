@@ -114,7 +114,7 @@ impl<S: Store> Limiter<S> {
         for (i, plan) in plans.iter().enumerate() {
             let status = match plan {
                 Plan::NoLimit => Status::NO_LIMIT,
-                Plan::Unlimited => Status::UNLIMITED,
+                Plan::Unlimited { .. } => Status::UNLIMITED,
                 Plan::Limited {
                     limits,
                     shadow_mode,

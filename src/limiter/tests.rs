@@ -36,6 +36,9 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
   - key: free
     rate_limit: {unlimited: true}
+  - key: promo
+    value: spring
+    rate_limit: {unlimited: true, replaces: [{name: per_minute}]}
   - key: replacer
     rate_limit:
       unit: minute
@@ -264,6 +267,22 @@ async fn unlimited_is_ok_with_max_remaining_and_counts_nothing() {
             .is_empty()
     );
     assert!(l.store().as_memory().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_unlimited_rule_still_replaces_the_limits_it_names() {
+    // The reference collects every matched rule's `replaces` before it
+    // drops the unlimited ones: promo=spring (unlimited) lifts per_minute.
+    let (l, _) = limiter();
+    for _ in 0..5 {
+        let r = ask(&l, vec![one("minute", "u"), one("promo", "spring")]).await;
+        assert_eq!(r.overall_code, Code::Ok);
+        assert_eq!(r.statuses[0], Status::NO_LIMIT);
+        assert_eq!(r.statuses[1], Status::UNLIMITED);
+    }
+    // per_minute (2 a minute) was never counted while replaced.
+    let r = ask(&l, vec![one("minute", "u")]).await;
+    assert_eq!(r.statuses[0].limit_remaining, 1);
 }
 
 #[tokio::test]

@@ -184,7 +184,15 @@ fn yaml(rules: &[RuleGen]) -> String {
             out.push_str("    quota_mode: true\n");
         }
         if r.unlimited {
-            let _ = writeln!(out, "    rate_limit: {{unlimited: true, name: n{i}}}");
+            let replaces = r
+                .replaces
+                .filter(|&j| j != i)
+                .map(|j| format!(", replaces: [{{name: n{j}}}]"))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "    rate_limit: {{unlimited: true, name: n{i}{replaces}}}"
+            );
             continue;
         }
         let alg = match r.alg {
@@ -565,16 +573,20 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
             }
         })
         .collect();
-    // `replaces`: a matched single-limit rule drops the named limit of
-    // another key in the same request.
+    // `replaces` (reference `constructLimitsToCheck`): the replaces of every
+    // matched rule are collected, an unlimited rule's included, before the
+    // unlimited ones are dropped; a request override carries none. The
+    // generator writes `replaces` on unlimited and single-limit rules.
     let replaced: HashSet<usize> = step
         .descriptors
         .iter()
         .zip(&plans)
-        .filter(|(d, p)| d.limit_override.is_none() && matches!(p, Plan::Limited { .. }))
+        .filter(|(d, p)| {
+            d.limit_override.is_none() && matches!(p, Plan::Limited { .. } | Plan::Unlimited)
+        })
         .filter_map(|(d, _)| {
             let r = &sc.rules[d.key];
-            (r.limits.len() == 1)
+            (r.unlimited || r.limits.len() == 1)
                 .then_some(r.replaces)
                 .flatten()
                 .filter(|&j| j != d.key)
