@@ -260,7 +260,27 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     }
     let store = match settings.store {
         BackendType::Memory => {
-            StoreKind::Memory(MemoryStore::with_max_bytes(settings.memory_store_max_bytes))
+            let store = MemoryStore::with_snapshot(
+                settings.memory_store_max_bytes,
+                settings.memory_store_snapshot.clone(),
+            );
+            // A snapshot that cannot be read stops the start: starting
+            // empty would hand every caller a fresh quota. The operator
+            // removes (or fixes) the file to start empty on purpose.
+            match store.load_snapshot(floodgate::clock::Clock::now(&SystemClock)) {
+                Ok(0) => {}
+                Ok(counters) => {
+                    tracing::info!(counters, "memory store snapshot read");
+                }
+                Err(err) => {
+                    eprintln!(
+                        "error: {} (remove the file to start with empty counters)",
+                        error_chain(&err)
+                    );
+                    return ExitCode::FAILURE;
+                }
+            }
+            StoreKind::Memory(store)
         }
         BackendType::Redis => match &settings.redis {
             Some(redis) => {

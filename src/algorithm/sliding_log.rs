@@ -133,6 +133,21 @@ pub struct Log {
 }
 
 impl Log {
+    /// The admitted hits' timestamps (µs, ascending), for a snapshot of the
+    /// embedded store.
+    pub fn timestamps(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.entries.iter().copied()
+    }
+
+    /// A log read back from a snapshot ([`Log::timestamps`]); sorted here,
+    /// so a damaged file can never break the ascending order.
+    pub fn from_timestamps(mut timestamps: Vec<u64>) -> Self {
+        timestamps.sort_unstable();
+        Self {
+            entries: timestamps.into(),
+        }
+    }
+
     /// Drops entries older than the longest window and probes each window.
     pub fn probe(&mut self, sl: &SlidingLog, now: UnixMillis, hits: u64) -> Vec<WindowProbe> {
         let now_us = now.0.saturating_mul(1_000);

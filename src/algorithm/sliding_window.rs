@@ -328,6 +328,17 @@ pub struct Buckets {
 }
 
 impl Buckets {
+    /// The buckets as `(bucket length s, bucket start s, count)`, for a
+    /// snapshot of the embedded store.
+    pub fn parts(&self) -> &[(u64, u64, u64)] {
+        &self.buckets
+    }
+
+    /// Buckets read back from a snapshot ([`Buckets::parts`]).
+    pub fn from_parts(buckets: Vec<(u64, u64, u64)>) -> Self {
+        Self { buckets }
+    }
+
     /// Heap bytes the buckets hold (for the memory store's budget).
     pub fn heap_bytes(&self) -> usize {
         self.buckets.capacity() * std::mem::size_of::<(u64, u64, u64)>()

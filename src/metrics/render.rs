@@ -174,6 +174,26 @@ pub fn render_memory_store(out: &mut String, stats: &crate::store::memory::Memor
         "# HELP {name} Counters evicted (least recently used first) to stay within the budget.\n# TYPE {name} counter\n{name} {}",
         stats.evictions
     );
+    if let Some(snapshot) = stats.snapshot {
+        let name = "ratelimit_memory_store_snapshot_writes_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Snapshot writes of the embedded store (MEMORY_STORE_SNAPSHOT_PATH), by result.\n# TYPE {name} counter\n{name}{{result=\"ok\"}} {}\n{name}{{result=\"error\"}} {}",
+            snapshot.written, snapshot.failed
+        );
+        let name = "ratelimit_memory_store_snapshot_bytes";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Size of the last snapshot written.\n# TYPE {name} gauge\n{name} {}",
+            snapshot.bytes
+        );
+        let name = "ratelimit_memory_store_snapshot_last_success_timestamp_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} When the last snapshot was written (Unix seconds; 0: never).\n# TYPE {name} gauge\n{name} {}",
+            snapshot.last_written.0 / 1_000
+        );
+    }
 }
 
 /// Appends the Redis store's call counters: requests per call is how well

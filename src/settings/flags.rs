@@ -257,6 +257,12 @@ pub struct StoreArgs {
     /// Byte budget of the embedded store; least recently used counters are evicted past it [env: MEMORY_STORE_MAX_BYTES] [default: 134217728]
     #[arg(long, value_name = "BYTES")]
     pub memory_store_max_bytes: Option<usize>,
+    /// File the embedded store writes its counters to and reads them back from at start [env: MEMORY_STORE_SNAPSHOT_PATH] [default: none, counters start empty]
+    #[arg(long, value_name = "FILE")]
+    pub memory_store_snapshot_path: Option<PathBuf>,
+    /// How often the embedded store's snapshot is written (and at shutdown) [env: MEMORY_STORE_SNAPSHOT_INTERVAL] [default: 1s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub memory_store_snapshot_interval: Option<Duration>,
     /// What to answer when the store fails [env: FAILURE_MODE] [default: error]
     #[arg(long, value_enum)]
     pub on_store_error: Option<OnStoreError>,

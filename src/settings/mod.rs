@@ -77,6 +77,9 @@ pub struct Settings {
     pub metrics_addr: Option<SocketAddr>,
     /// Byte budget of the embedded store (`MEMORY_STORE_MAX_BYTES`).
     pub memory_store_max_bytes: usize,
+    /// The embedded store's snapshot (`MEMORY_STORE_SNAPSHOT_PATH`,
+    /// `MEMORY_STORE_SNAPSHOT_INTERVAL`); `None`: counters start empty.
+    pub memory_store_snapshot: Option<crate::store::memory::SnapshotConfig>,
     /// `NEAR_LIMIT_RATIO`.
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
@@ -397,6 +400,24 @@ impl Settings {
                 "MEMORY_STORE_MAX_BYTES",
                 crate::store::memory::DEFAULT_MAX_BYTES,
             )?,
+            memory_store_snapshot: match store_args
+                .memory_store_snapshot_path
+                .clone()
+                .or_else(|| get("MEMORY_STORE_SNAPSHOT_PATH").map(PathBuf::from))
+                .filter(|path| !path.as_os_str().is_empty())
+            {
+                None => None,
+                Some(path) => Some(crate::store::memory::SnapshotConfig {
+                    path,
+                    interval: duration(
+                        store_args.memory_store_snapshot_interval,
+                        get("MEMORY_STORE_SNAPSHOT_INTERVAL"),
+                        "MEMORY_STORE_SNAPSHOT_INTERVAL",
+                        Duration::from_secs(1),
+                    )?
+                    .max(Duration::from_millis(10)),
+                }),
+            },
             serve: ServeOptions {
                 shutdown_grace,
                 max_request_bytes,

@@ -26,6 +26,13 @@ impl CounterId {
         Self(out, false)
     }
 
+    /// An identity read back from a snapshot of the embedded store: its
+    /// escaped text and whether it is a candidate's ([`CounterId::as_str`],
+    /// [`CounterId::is_candidate`]).
+    pub(crate) fn from_snapshot(text: String, candidate: bool) -> Self {
+        Self(text, candidate)
+    }
+
     /// The identity of the counters of a rule's shadow (candidate) limit at
     /// position `limit` of its limits: apart from the enforced ones, so a
     /// candidate of the same window length never shares their counter.

@@ -282,7 +282,12 @@ impl StoreKind {
         shutdown: tokio_util::sync::CancellationToken,
     ) {
         match self {
-            Self::Memory(store) => store.sweep_until(clock, shutdown).await,
+            Self::Memory(store) => {
+                tokio::join!(
+                    store.sweep_until(std::sync::Arc::clone(&clock), shutdown.clone()),
+                    store.snapshot_until(clock, shutdown)
+                );
+            }
             Self::Redis {
                 main,
                 per_second: None,

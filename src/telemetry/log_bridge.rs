@@ -123,10 +123,11 @@ mod tests {
     fn call_sites_beyond_the_bound_are_written_not_remembered() {
         let gate = Gate::default();
         let now = Instant::now();
-        for line in 0..super::MAX_SITES as u32 {
+        let max = u32::try_from(super::MAX_SITES).unwrap();
+        for line in 0..max {
             assert_eq!(gate.admit(site(line), now), Some(0));
         }
-        let extra = super::MAX_SITES as u32 + 1;
+        let extra = max + 1;
         assert_eq!(gate.admit(site(extra), now), Some(0));
         assert_eq!(gate.admit(site(extra), now), Some(0));
         assert_eq!(gate.sites.lock().len(), super::MAX_SITES);

@@ -44,6 +44,9 @@ async fn serve(config: RedisConfig) -> TestServer {
     .await
 }
 
+/// A condition on the calls made so far.
+type Check = Box<dyn Fn(&[(String, Call)]) -> bool + Send>;
+
 /// One call's fate: the order it started and ended in (one counter for
 /// both, shared by every caller), and whether it was answered OK.
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +149,7 @@ enum Down {
 /// 500 ms, a call that waited for the frozen node would), and each of
 /// their hits is stored exactly once; the dead shard's keys are counted
 /// again once its replica is promoted.
+#[allow(clippy::print_stderr)] // the measured delay, quoted in the README
 async fn a_dead_master_fails_only_its_own_slots(down: Down) {
     let mut cluster = tokio::task::spawn_blocking(|| {
         RedisCluster::start_with(
@@ -232,7 +236,7 @@ async fn a_dead_master_fails_only_its_own_slots(down: Down) {
     assert!(promoted, "the replica was not promoted");
     let promoted_at = Instant::now();
     // The dead shard's keys are counted again (on the new master).
-    let mut probe = client.clone();
+    let probe = client.clone();
     let healed = poll_until_async(Duration::from_secs(15), Duration::from_millis(10), || {
         let mut probe = probe.clone();
         let order = order.clone();
@@ -338,7 +342,7 @@ async fn after_a_redis_restart_no_call_fails_once_one_is_answered() {
     let values: Vec<Vec<String>> = (0..4).map(|i| vec![format!("r{i}")]).collect();
     let load = Load::start(&client, values);
     let calls = load.calls.clone();
-    let wait_for = |what: &'static str, check: Box<dyn Fn(&[(String, Call)]) -> bool + Send>| {
+    let wait_for = |what: &'static str, check: Check| {
         let calls = calls.clone();
         async move {
             let seen = poll_until_async(Duration::from_secs(15), Duration::from_millis(10), || {
@@ -412,6 +416,7 @@ async fn after_a_redis_restart_no_call_fails_once_one_is_answered() {
 /// READONLY; floodgate drops them and dials afresh, and once one call is
 /// answered by the new master no later call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr)] // the measured delay, quoted in the README
 async fn a_demoted_master_behind_a_repointed_address_is_left_for_the_new_one() {
     let old = RedisServer::start();
     let new = RedisServer::start();

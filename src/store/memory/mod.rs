@@ -15,8 +15,11 @@
 //! be admitted more than their limit while hot ones keep exact counts.
 
 mod entry;
+mod snapshot;
 #[cfg(test)]
 mod tests;
+
+pub use snapshot::SnapshotError;
 
 use super::{Batch, CounterId, Op, Store, StoreError};
 use crate::algorithm::{Outcome, Spec};
@@ -58,6 +61,39 @@ pub struct MemoryStats {
     pub evictions: u64,
     /// The budget.
     pub max_bytes: usize,
+    /// Snapshot writes, when snapshots are on.
+    pub snapshot: Option<SnapshotStats>,
+}
+
+/// Snapshot writes since start, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SnapshotStats {
+    /// Snapshots written.
+    pub written: u64,
+    /// Snapshot writes that failed.
+    pub failed: u64,
+    /// Size of the last snapshot written, bytes.
+    pub bytes: u64,
+    /// When the last snapshot was written (0: never).
+    pub last_written: UnixMillis,
+}
+
+/// Where and how often the embedded store writes its snapshot
+/// (`MEMORY_STORE_SNAPSHOT_PATH`, `MEMORY_STORE_SNAPSHOT_INTERVAL`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotConfig {
+    /// The snapshot file.
+    pub path: std::path::PathBuf,
+    /// How often it is written (and once more at shutdown).
+    pub interval: std::time::Duration,
+}
+
+#[derive(Debug, Default)]
+struct SnapshotCounters {
+    written: AtomicU64,
+    failed: AtomicU64,
+    bytes: AtomicU64,
+    last_written_ms: AtomicU64,
 }
 
 /// In-process counter store; clones share the same counters.
@@ -77,6 +113,8 @@ struct Inner {
     evictions: AtomicU64,
     /// The RLQS demand registry (`store::rlqs`), bounded on its own.
     demand: crate::store::rlqs::MemoryRegistry,
+    snapshot: Option<SnapshotConfig>,
+    snapshots: SnapshotCounters,
 }
 
 impl Default for MemoryStore {
@@ -93,6 +131,13 @@ impl MemoryStore {
 
     /// An empty store holding at most about `max_bytes` of counters.
     pub fn with_max_bytes(max_bytes: usize) -> Self {
+        Self::with_snapshot(max_bytes, None)
+    }
+
+    /// An empty store holding at most about `max_bytes` of counters, that
+    /// writes a snapshot as `snapshot` says ([`MemoryStore::snapshot_until`];
+    /// read it back with [`MemoryStore::load_snapshot`]).
+    pub fn with_snapshot(max_bytes: usize, snapshot: Option<SnapshotConfig>) -> Self {
         let hasher = RandomState::new();
         let shards = (0..SHARDS)
             .map(|_| {
@@ -111,6 +156,8 @@ impl MemoryStore {
                 bytes: AtomicUsize::new(0),
                 evictions: AtomicU64::new(0),
                 demand: crate::store::rlqs::MemoryRegistry::default(),
+                snapshot,
+                snapshots: SnapshotCounters::default(),
             }),
         }
     }
@@ -122,6 +169,15 @@ impl MemoryStore {
             counters: self.len(),
             evictions: self.inner.evictions.load(Ordering::Relaxed),
             max_bytes: self.inner.max_bytes,
+            snapshot: self.inner.snapshot.as_ref().map(|_| {
+                let counters = &self.inner.snapshots;
+                SnapshotStats {
+                    written: counters.written.load(Ordering::Relaxed),
+                    failed: counters.failed.load(Ordering::Relaxed),
+                    bytes: counters.bytes.load(Ordering::Relaxed),
+                    last_written: UnixMillis(counters.last_written_ms.load(Ordering::Relaxed)),
+                }
+            }),
         }
     }
 
@@ -324,6 +380,121 @@ impl MemoryStore {
                     let removed = self.sweep(clock.now());
                     tracing::trace!(removed, "memory store swept");
                 }
+            }
+        }
+    }
+
+    /// The counters whose window has not ended at `now`, encoded as a
+    /// snapshot file: each shard under its own lock, least recently used
+    /// first.
+    fn encode_snapshot(&self, now: UnixMillis) -> Vec<u8> {
+        let mut out = snapshot::header(now, 0);
+        let mut count = 0u64;
+        for shard in &self.inner.shards {
+            let shard = shard.lock();
+            for (key, entry) in shard.map.iter().rev() {
+                if entry.expires_at > now && snapshot::encode_entry(&mut out, key, entry) {
+                    count += 1;
+                }
+            }
+        }
+        snapshot::finish(&mut out, count);
+        out
+    }
+
+    /// Reads the snapshot file back, when snapshots are on and the file
+    /// exists: every counter whose window has not ended at `now` continues
+    /// where it stood (within the byte budget); returns how many.
+    ///
+    /// # Errors
+    ///
+    /// [`SnapshotError`] naming the file when it cannot be read or is not
+    /// a whole snapshot (floodgate then refuses to start: starting empty
+    /// would hand every caller a fresh quota).
+    pub fn load_snapshot(&self, now: UnixMillis) -> Result<usize, SnapshotError> {
+        let Some(config) = &self.inner.snapshot else {
+            return Ok(0);
+        };
+        let bytes = match std::fs::read(&config.path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(source) => {
+                return Err(SnapshotError::Io {
+                    path: config.path.clone(),
+                    source,
+                });
+            }
+        };
+        let entries = snapshot::decode(&bytes, now, &config.path)?;
+        let restored = entries.len();
+        for (key, mut entry) in entries {
+            let new = charge(key.id.as_str().len(), &entry.state);
+            entry.bytes = new;
+            let mut shard = self.shard(&key).lock();
+            let old = shard.map.put(key, entry).map_or(0, |old| old.bytes);
+            self.account(&mut shard, old, new);
+        }
+        Ok(restored)
+    }
+
+    /// Writes a snapshot every interval until `shutdown`, then once more
+    /// (after the server drained its calls, so the last answers are in
+    /// it). Encoding and writing run on a blocking thread: answers never
+    /// wait for the disk. A failed write is logged (once per interval at
+    /// most) and counted, and the next interval tries again. Returns at
+    /// once when snapshots are off.
+    pub async fn snapshot_until(
+        &self,
+        clock: Arc<dyn crate::clock::Clock>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let Some(config) = self.inner.snapshot.clone() else {
+            return;
+        };
+        let mut tick = tokio::time::interval(config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick is at once: nothing changed since the load.
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => self.write_snapshot(&config, clock.now()).await,
+            }
+        }
+        self.write_snapshot(&config, clock.now()).await;
+        tracing::info!(path = %config.path.display(), "memory store snapshot written at shutdown");
+    }
+
+    async fn write_snapshot(&self, config: &SnapshotConfig, now: UnixMillis) {
+        let store = self.clone();
+        let path = config.path.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let bytes = store.encode_snapshot(now);
+            snapshot::write_atomically(&path, &bytes).map(|()| bytes.len())
+        })
+        .await;
+        let counters = &self.inner.snapshots;
+        match written {
+            Ok(Ok(len)) => {
+                counters.written.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .bytes
+                    .store(u64::try_from(len).unwrap_or(u64::MAX), Ordering::Relaxed);
+                counters.last_written_ms.store(now.0, Ordering::Relaxed);
+            }
+            Ok(Err(err)) => {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    error = &err as &dyn std::error::Error,
+                    "memory store snapshot not written"
+                );
+            }
+            Err(err) => {
+                counters.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    error = &err as &dyn std::error::Error,
+                    "memory store snapshot task failed"
+                );
             }
         }
     }

@@ -163,3 +163,190 @@ fn budget_evicts_cold_counters_and_keeps_hot_ones_exact() {
     store.sweep(UnixMillis::from_secs(1_000_000));
     assert_eq!(store.stats().bytes, 0);
 }
+
+mod snapshots {
+    use super::super::snapshot;
+    use super::*;
+    use crate::algorithm::{Gcra, Limits, SlidingLog, SlidingWindow};
+    use proptest::prelude::*;
+
+    /// One spec per algorithm, with limits small enough to be reached.
+    fn spec(alg: u8) -> Spec {
+        match alg % 4 {
+            0 => Spec::FixedWindow {
+                window: FixedWindow::new(60),
+                limit: 7,
+            },
+            1 => Spec::SlidingWindow(SlidingWindow::new(Limits::new([(5, 10), (9, 60)]), false)),
+            2 => Spec::SlidingLog(SlidingLog::new(Limits::new([(4, 5_000), (8, 60_000)]))),
+            _ => Spec::Gcra(Gcra::new(6, 60_000, 3)),
+        }
+    }
+
+    fn apply(store: &MemoryStore, alg: u8, key: u8, hits: u64, now: UnixMillis) -> Outcome {
+        store.apply(
+            batch(vec![Op {
+                id: CounterId::new("d", [("k", format!("{key}").as_str())]),
+                spec: spec(alg),
+                hits,
+            }]),
+            now,
+        )[0]
+    }
+
+    fn config(dir: &tempfile::TempDir) -> SnapshotConfig {
+        SnapshotConfig {
+            path: dir.path().join("counters.snap"),
+            interval: std::time::Duration::from_secs(1),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Counters of every algorithm, written and read back into a new
+        /// store, continue exactly: every later request gets the same
+        /// answer from both stores.
+        #[test]
+        fn a_restored_store_answers_as_the_one_it_was_written_from(
+            before in proptest::collection::vec((0u8..4, 0u8..3, 0u64..3, 0u64..4_000), 1..60),
+            down_ms in 0u64..20_000,
+            after in proptest::collection::vec((0u8..4, 0u8..3, 0u64..3, 0u64..4_000), 1..60),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let original = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
+            let mut now = UnixMillis::from_secs(1_700_000_000);
+            for &(alg, key, hits, step) in &before {
+                now = now.saturating_add(std::time::Duration::from_millis(step));
+                apply(&original, alg, key, hits, now);
+            }
+            let bytes = original.encode_snapshot(now);
+            snapshot::write_atomically(&config(&dir).path, &bytes).unwrap();
+            now = now.saturating_add(std::time::Duration::from_millis(down_ms));
+            let restored = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
+            restored.load_snapshot(now).unwrap();
+            for &(alg, key, hits, step) in &after {
+                now = now.saturating_add(std::time::Duration::from_millis(step));
+                let expected = apply(&original, alg, key, hits, now);
+                let got = apply(&restored, alg, key, hits, now);
+                prop_assert_eq!(got, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn counters_whose_window_ended_while_down_are_not_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
+        let now = UnixMillis::from_secs(1_700_000_000);
+        apply(&store, 0, 1, 3, now);
+        let bytes = store.encode_snapshot(now);
+        snapshot::write_atomically(&config(&dir).path, &bytes).unwrap();
+        let later = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
+        assert_eq!(later.load_snapshot(now).unwrap(), 1);
+        let much_later = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
+        let next_hour = UnixMillis::from_secs(1_700_003_600);
+        assert_eq!(much_later.load_snapshot(next_hour).unwrap(), 0);
+        assert!(much_later.is_empty());
+    }
+
+    #[test]
+    fn a_missing_file_is_an_empty_start_and_a_bad_one_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = config(&dir).path;
+        let store = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
+        let now = UnixMillis::from_secs(1_700_000_000);
+        assert_eq!(store.load_snapshot(now).unwrap(), 0);
+        // A good snapshot, then damaged in every way a file can be.
+        apply(&store, 1, 1, 2, now);
+        apply(&store, 2, 1, 2, now);
+        let good = store.encode_snapshot(now);
+        let mut flipped = good.clone();
+        let middle = flipped.len() / 2;
+        flipped[middle] ^= 0x40;
+        let mut other_version = good.clone();
+        other_version[7] = b'2';
+        for (bytes, reason) in [
+            (
+                b"garbage, not a snapshot".to_vec(),
+                "does not start with FGSNAP01",
+            ),
+            (Vec::new(), "does not start with FGSNAP01"),
+            (good[..good.len() - 3].to_vec(), "checksum"),
+            (good[..12].to_vec(), "checksum"),
+            (flipped, "checksum"),
+            (other_version, "does not start with FGSNAP01"),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            let err = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)))
+                .load_snapshot(now)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&path.display().to_string()), "{err}");
+            assert!(err.contains(reason), "{reason}: {err}");
+        }
+        // Unreadable (a directory where the file should be).
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let err = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)))
+            .load_snapshot(now)
+            .unwrap_err();
+        assert!(matches!(err, SnapshotError::Io { .. }), "{err}");
+    }
+
+    #[test]
+    fn reading_back_stays_within_the_byte_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = MemoryStore::with_snapshot(1 << 24, Some(config(&dir)));
+        let now = UnixMillis::from_secs(1_700_000_000);
+        for key in 0..=255u8 {
+            for alg in 0..4 {
+                apply(&big, alg, key, 1, now);
+            }
+        }
+        let bytes = big.encode_snapshot(now);
+        snapshot::write_atomically(&config(&dir).path, &bytes).unwrap();
+        let small = MemoryStore::with_snapshot(64 * 1_024, Some(config(&dir)));
+        small.load_snapshot(now).unwrap();
+        let stats = small.stats();
+        assert!(stats.bytes <= 64 * 1_024, "{stats:?}");
+        assert!(stats.counters > 0 && stats.evictions > 0, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn snapshots_are_written_every_interval_and_at_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(&dir);
+        config.interval = std::time::Duration::from_millis(20);
+        let store = MemoryStore::with_snapshot(1 << 20, Some(config.clone()));
+        let clock = crate::clock::ManualClock::new(UnixMillis::from_secs(1_700_000_000));
+        apply(&store, 0, 1, 4, crate::clock::Clock::now(&clock));
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn({
+            let store = store.clone();
+            let shutdown = shutdown.clone();
+            let clock: Arc<dyn crate::clock::Clock> = Arc::new(clock.clone());
+            async move { store.snapshot_until(clock, shutdown).await }
+        });
+        // Bounded: 500 looks, 10 ms apart.
+        let mut written = false;
+        for _ in 0..500 {
+            if store.stats().snapshot.unwrap().written > 0 {
+                written = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(written, "no snapshot written");
+        apply(&store, 0, 1, 2, crate::clock::Clock::now(&clock));
+        shutdown.cancel();
+        task.await.unwrap();
+        let back = MemoryStore::with_snapshot(1 << 20, Some(config));
+        back.load_snapshot(crate::clock::Clock::now(&clock))
+            .unwrap();
+        // The last write (at shutdown) has all six hits.
+        let o = apply(&back, 0, 1, 0, crate::clock::Clock::now(&clock));
+        assert_eq!(o.after, 6);
+        assert_eq!(store.stats().snapshot.unwrap().failed, 0);
+    }
+}
