@@ -23,5 +23,6 @@ mod page;
 mod redis;
 mod reload;
 mod rlqs;
+mod snapshot;
 mod tls;
 mod xds;

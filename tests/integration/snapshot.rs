@@ -1,0 +1,358 @@
+//! The embedded store's snapshot, through the floodgate binary: counters of
+//! every algorithm continue across SIGTERM; SIGKILL loses the hits of the
+//! last interval only; a file that is not a snapshot stops the start with
+//! an error naming it; a snapshot taken under other rules is read back
+//! harmlessly.
+
+use crate::support::grpc::request;
+use crate::support::{free_port, poll_until, poll_until_async};
+use floodgate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
+use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// Day-long windows: a test never crosses one (the binary reads the real
+/// clock).
+const RULES: &str = r"
+domain: snap
+descriptors:
+  - key: fixed
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: sliding
+    rate_limit: {unit: day, requests_per_unit: 10, algorithm: sliding_window}
+  - key: log
+    rate_limit: {unit: day, requests_per_unit: 10, algorithm: sliding_log}
+  - key: gcra
+    rate_limit: {unit: day, requests_per_unit: 10, algorithm: gcra}
+";
+
+const KEYS: [&str; 4] = ["fixed", "sliding", "log", "gcra"];
+
+/// One floodgate process on the embedded store with a snapshot file.
+struct Floodgate {
+    child: Child,
+    grpc_port: u16,
+    http_port: u16,
+}
+
+impl Floodgate {
+    fn spawn(rules: &Path, snapshot: &Path, interval: &str) -> Child {
+        Self::command(rules, snapshot, interval, free_port(), free_port())
+            .spawn()
+            .unwrap()
+    }
+
+    fn command(
+        rules: &Path,
+        snapshot: &Path,
+        interval: &str,
+        grpc_port: u16,
+        http_port: u16,
+    ) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+        command
+            .args(["serve", "--config-dir"])
+            .arg(rules)
+            .env_clear()
+            .env("GRPC_PORT", grpc_port.to_string())
+            .env("PORT", http_port.to_string())
+            .env("USE_STATSD", "false")
+            .env("LOG_LEVEL", "info")
+            .env("MEMORY_STORE_SNAPSHOT_PATH", snapshot)
+            .env("MEMORY_STORE_SNAPSHOT_INTERVAL", interval)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Starts floodgate and waits until it answers.
+    async fn start(rules: &Path, snapshot: &Path, interval: &str) -> Self {
+        let (grpc_port, http_port) = (free_port(), free_port());
+        let child = Self::command(rules, snapshot, interval, grpc_port, http_port)
+            .spawn()
+            .unwrap();
+        let mut floodgate = Self {
+            child,
+            grpc_port,
+            http_port,
+        };
+        let answered = poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
+            let exited = floodgate.child.try_wait().unwrap().is_some();
+            assert!(!exited, "floodgate exited at start");
+            let port = floodgate.grpc_port;
+            async move {
+                let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .ok()?;
+                RateLimitServiceClient::new(channel)
+                    .should_rate_limit(request("snap", &[&[("none", "x")]]))
+                    .await
+                    .ok()
+                    .map(|_| true)
+            }
+        })
+        .await;
+        assert!(answered, "floodgate never answered");
+        floodgate
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<Channel> {
+        let channel = Channel::from_shared(format!("http://127.0.0.1:{}", self.grpc_port))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        RateLimitServiceClient::new(channel)
+    }
+
+    /// One hit on `key=v` (or a check with `hits` 0).
+    async fn hit(&self, key: &str, hits: u32) -> RateLimitResponse {
+        let mut req = request("snap", &[&[(key, "v")]]);
+        if hits == 0 {
+            req.descriptors[0].hits_addend = Some(0);
+        }
+        self.client()
+            .await
+            .should_rate_limit(req)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    /// What remains of each rule's limit, checked without counting.
+    async fn remaining(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        for key in KEYS {
+            let r = self.hit(key, 0).await;
+            out.push(r.statuses[0].limit_remaining);
+        }
+        out
+    }
+
+    /// Snapshots written so far (`/metrics`).
+    fn snapshots_written(&self) -> u64 {
+        let text = http_get(self.http_port, "/metrics").unwrap_or_default();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("ratelimit_memory_store_snapshot_writes_total{result=\"ok\"} ")
+            })
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// SIGTERM, then waits for the exit; returns stderr.
+    fn terminate(self) -> String {
+        self.signal("-TERM")
+    }
+
+    /// SIGKILL: no chance to write anything.
+    fn kill(self) -> String {
+        self.signal("-KILL")
+    }
+
+    fn signal(mut self, sig: &str) -> String {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exited = poll_until(Duration::from_secs(20), Duration::from_millis(20), || {
+            self.child.try_wait().unwrap().map(|_| true)
+        });
+        if !exited {
+            let _ = self.child.kill();
+        }
+        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
+        let stderr = {
+            use std::io::Read as _;
+            let mut text = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut text);
+            }
+            text
+        };
+        let _ = child.wait();
+        assert!(exited, "floodgate did not exit on {sig}: {stderr}");
+        stderr
+    }
+}
+
+impl Drop for Floodgate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}
+
+fn rules_dir(text: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("snap.yaml"), text).unwrap();
+    dir
+}
+
+fn snapshot_file(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("counters.snap")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_of_every_algorithm_continue_across_sigterm() {
+    let rules = rules_dir(RULES);
+    let data = tempfile::tempdir().unwrap();
+    let file = snapshot_file(&data);
+    // An interval longer than the test: only the shutdown write counts.
+    let first = Floodgate::start(rules.path(), &file, "1h").await;
+    assert_eq!(first.remaining().await, [10, 10, 10, 10]);
+    for key in KEYS {
+        for _ in 0..4 {
+            assert_eq!(first.hit(key, 1).await.overall_code, Code::Ok as i32);
+        }
+    }
+    assert_eq!(first.remaining().await, [6, 6, 6, 6]);
+    let stderr = first.terminate();
+    assert!(
+        stderr.contains("memory store snapshot written at shutdown"),
+        "{stderr}"
+    );
+
+    let second = Floodgate::start(rules.path(), &file, "1h").await;
+    assert_eq!(second.remaining().await, [6, 6, 6, 6], "counters continue");
+    for key in KEYS {
+        let r = second.hit(key, 1).await;
+        assert_eq!(r.statuses[0].limit_remaining, 5, "{key}");
+    }
+    // Used up across the restart: the eleventh hit is refused.
+    for key in KEYS {
+        for _ in 0..5 {
+            second.hit(key, 1).await;
+        }
+        assert_eq!(
+            second.hit(key, 1).await.overall_code,
+            Code::OverLimit as i32,
+            "{key}"
+        );
+    }
+    second.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_loses_only_the_hits_since_the_last_write() {
+    let rules = rules_dir(RULES);
+    let data = tempfile::tempdir().unwrap();
+    let file = snapshot_file(&data);
+    // Written every 100 ms: hits followed by a write survive a SIGKILL.
+    let first = Floodgate::start(rules.path(), &file, "100ms").await;
+    for key in KEYS {
+        for _ in 0..3 {
+            first.hit(key, 1).await;
+        }
+    }
+    let seen = first.snapshots_written();
+    let written = poll_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        (first.snapshots_written() >= seen + 2).then_some(true)
+    });
+    assert!(written, "no snapshot written after the hits");
+    first.kill();
+    // Written only at shutdown (an hour's interval): a SIGKILL loses every
+    // hit since the start, the last interval, and nothing before it.
+    let second = Floodgate::start(rules.path(), &file, "1h").await;
+    assert_eq!(second.remaining().await, [7, 7, 7, 7]);
+    for key in KEYS {
+        second.hit(key, 1).await;
+        second.hit(key, 1).await;
+    }
+    assert_eq!(second.remaining().await, [5, 5, 5, 5]);
+    second.kill();
+    let third = Floodgate::start(rules.path(), &file, "1h").await;
+    assert_eq!(third.remaining().await, [7, 7, 7, 7]);
+    third.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_is_not_a_snapshot_stops_the_start_naming_it() {
+    let rules = rules_dir(RULES);
+    let data = tempfile::tempdir().unwrap();
+    let file = snapshot_file(&data);
+    std::fs::write(&file, b"{\"not\": \"a snapshot\"}").unwrap();
+    let child = Floodgate::spawn(rules.path(), &file, "1s");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&file.display().to_string()), "{stderr}");
+    assert!(stderr.contains("is not a floodgate snapshot"), "{stderr}");
+    // The file is left as it was, for the operator to look at.
+    assert_eq!(std::fs::read(&file).unwrap(), b"{\"not\": \"a snapshot\"}");
+    // A snapshot cut short (a disk that filled up under another tool).
+    let good = Floodgate::start(rules.path(), &file.with_extension("good"), "1h").await;
+    good.hit("fixed", 1).await;
+    good.terminate();
+    let bytes = std::fs::read(file.with_extension("good")).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    let out = Floodgate::spawn(rules.path(), &file, "1s")
+        .wait_with_output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("checksum does not match"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_taken_under_other_rules_is_read_back_harmlessly() {
+    let before = rules_dir(RULES);
+    let data = tempfile::tempdir().unwrap();
+    let file = snapshot_file(&data);
+    let first = Floodgate::start(before.path(), &file, "1h").await;
+    for key in KEYS {
+        for _ in 0..4 {
+            first.hit(key, 1).await;
+        }
+    }
+    first.terminate();
+    // The new rules: `fixed` now allows 3 a day (its 4 hits are over it),
+    // `log` is gone, `fresh` is new.
+    let after = rules_dir(
+        r"
+domain: snap
+descriptors:
+  - key: fixed
+    rate_limit: {unit: day, requests_per_unit: 3}
+  - key: sliding
+    rate_limit: {unit: day, requests_per_unit: 10, algorithm: sliding_window}
+  - key: gcra
+    rate_limit: {unit: day, requests_per_unit: 10, algorithm: gcra}
+  - key: fresh
+    rate_limit: {unit: day, requests_per_unit: 2}
+",
+    );
+    let second = Floodgate::start(after.path(), &file, "1h").await;
+    let fixed = second.hit("fixed", 1).await;
+    assert_eq!(fixed.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        second.hit("sliding", 0).await.statuses[0].limit_remaining,
+        6
+    );
+    assert_eq!(second.hit("gcra", 0).await.statuses[0].limit_remaining, 6);
+    let log = second.hit("log", 1).await;
+    assert_eq!(log.overall_code, Code::Ok as i32);
+    assert!(log.statuses[0].current_limit.is_none(), "no rule, no limit");
+    let fresh = second.hit("fresh", 1).await;
+    assert_eq!(fresh.statuses[0].limit_remaining, 1);
+    second.terminate();
+}
