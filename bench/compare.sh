@@ -19,11 +19,16 @@
 #   CPU 1 as well). STORES picks floodgate's stores (default: memory redis,
 #   and cluster with CLUSTER=1). BASELINE=path/to/another/floodgate adds
 #   that binary on each of those stores as `<store>_base`, in the same
-#   rounds: an A/B of two builds in one run.
+#   rounds: an A/B of two builds in one run. SNAPSHOT=1 adds `memory_snap`,
+#   the embedded store writing its snapshot every second
+#   (MEMORY_STORE_SNAPSHOT_PATH). FILL=1 first brings every embedded store
+#   to its byte budget (128 MiB) with hour-long counters of wide keys, so
+#   snapshots carry a full store.
 #
 # Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
 # PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
-# CLUSTER (0), STORES, BASELINE, OUT (a new temporary directory). Needs taskset,
+# CLUSTER (0), STORES, BASELINE, SNAPSHOT (0), FILL (0), OUT (a new temporary
+# directory). Needs taskset,
 # h2load, redis-server, curl, python3 and 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +45,8 @@ CLUSTER=${CLUSTER:-0}
 if [[ $CLUSTER == 1 ]]; then DEFAULT_STORES="memory redis cluster"; else DEFAULT_STORES="memory redis"; fi
 STORES=${STORES-$DEFAULT_STORES}
 BASELINE=${BASELINE:-}
+SNAPSHOT=${SNAPSHOT:-0}
+FILL=${FILL:-0}
 OUT=${OUT:-$(mktemp -d -t floodgate-compare.XXXXXX)}
 mkdir -p "$OUT"
 METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
@@ -116,7 +123,7 @@ start() { # start COMMAND…: pinned to SERVER_CPU; sets PID
     PIDS+=("$PID")
 }
 
-declare -A PORT PIDOF
+declare -A PORT PIDOF HTTP
 PORT[ceiling]=$(free_port)
 start "$BIN/examples/ceiling" "127.0.0.1:${PORT[ceiling]}"
 PIDOF[ceiling]=$PID
@@ -140,6 +147,7 @@ serve() {
     shift 4
     PORT[$name]=$(free_port)
     http=$(free_port)
+    HTTP[$name]=$http
     env "$@" taskset -c "$SERVER_CPU" "$binary" serve --config-dir bench/config --store "$store" \
         --redis-url "$url" --grpc-addr "127.0.0.1:${PORT[$name]}" \
         --http-addr "127.0.0.1:$http" --log-level warn >"$OUT/server-$name.log" 2>&1 &
@@ -153,6 +161,10 @@ for store in memory redis; do
     serve "$store" "$BIN/floodgate" "$store" "127.0.0.1:$rport"
     [[ -z $BASELINE ]] || serve "${store}_base" "$BASELINE" "$store" "127.0.0.1:$rport"
 done
+if [[ $SNAPSHOT == 1 ]]; then
+    serve memory_snap "$BIN/floodgate" memory "127.0.0.1:$rport" \
+        MEMORY_STORE_SNAPSHOT_PATH="$OUT/memory.snap"
+fi
 if [[ $CLUSTER == 1 ]]; then
     start_cluster "$SERVER_CPU" "$OUT"
     STORE_PIDS+=("${CLUSTER_PIDS[@]}")
@@ -163,6 +175,23 @@ if [[ $CLUSTER == 1 ]]; then
     fi
 fi
 for s in "${SERVERS[@]}"; do wait_for grpc_ok "${PORT[$s]}"; done
+
+if [[ $FILL == 1 ]]; then
+    # Every embedded store to its budget: wide keys on the hour-long `fill`
+    # rule, until ratelimit_memory_store_bytes is within 2 % of the budget.
+    for s in "${SERVERS[@]}"; do
+        [[ $s == memory* ]] || continue
+        for pass in $(seq 30); do
+            taskset -c "$LOAD_CPU" "$BIN/examples/wide_load" "127.0.0.1:${PORT[$s]}" "$CONNS" "$STREAMS" \
+                2 300000 "fill-$pass-" fill >/dev/null
+            full=$(curl -s "http://127.0.0.1:${HTTP[$s]}/metrics" | awk '
+                /^ratelimit_memory_store_bytes / { b = $2 } /^ratelimit_memory_store_max_bytes / { m = $2 }
+                END { print (m > 0 && b >= 0.98 * m) ? 1 : 0 }')
+            [[ $full == 1 ]] && break
+        done
+        echo "==> $s filled: $(curl -s "http://127.0.0.1:${HTTP[$s]}/metrics" | grep -E '^ratelimit_memory_store_(bytes|counters) ' | tr '\n' ' ')"
+    done
+fi
 
 TICK=$(getconf CLK_TCK)
 echo "==> profile $PROFILE: $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"

@@ -6,11 +6,11 @@
 //! gRPC status.
 //!
 //! ```text
-//! wide_load ADDR CONNS STREAMS SECONDS KEYS PREFIX
+//! wide_load ADDR CONNS STREAMS SECONDS KEYS PREFIX [KEY]
 //! ```
 //!
-//! Sends `ShouldRateLimit(bench, [client=<PREFIX><i>])` for i cycling over
-//! KEYS values, STREAMS at a time on each of CONNS connections, for SECONDS.
+//! Sends `ShouldRateLimit(bench, [<KEY>=<PREFIX><i>])` (KEY `client` by
+//! default) for i cycling over KEYS values, STREAMS at a time on each of CONNS connections, for SECONDS.
 //! Prints one line: `req/s p99_ms requests errors`.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line tool
 
@@ -36,12 +36,20 @@ struct Args {
     seconds: u64,
     keys: usize,
     prefix: String,
+    /// The descriptor's key.
+    key: String,
 }
 
 fn args() -> Result<Args, BoxError> {
     let a: Vec<String> = std::env::args().skip(1).collect();
-    let [addr, conns, streams, seconds, keys, prefix] = a.as_slice() else {
-        return Err("usage: wide_load ADDR CONNS STREAMS SECONDS KEYS PREFIX".into());
+    let (addr, conns, streams, seconds, keys, prefix, key) = match a.as_slice() {
+        [addr, conns, streams, seconds, keys, prefix] => {
+            (addr, conns, streams, seconds, keys, prefix, "client")
+        }
+        [addr, conns, streams, seconds, keys, prefix, key] => {
+            (addr, conns, streams, seconds, keys, prefix, key.as_str())
+        }
+        _ => return Err("usage: wide_load ADDR CONNS STREAMS SECONDS KEYS PREFIX [KEY]".into()),
     };
     Ok(Args {
         addr: addr.clone(),
@@ -50,16 +58,17 @@ fn args() -> Result<Args, BoxError> {
         seconds: seconds.parse()?,
         keys: keys.parse::<usize>()?.max(1),
         prefix: prefix.clone(),
+        key: key.to_owned(),
     })
 }
 
 /// One framed request (gRPC prefix + message) for `value`.
-fn body(value: String) -> Bytes {
+fn body(key: &str, value: String) -> Bytes {
     let message = RateLimitRequest {
         domain: "bench".to_owned(),
         descriptors: vec![RateLimitDescriptor {
             entries: vec![Entry {
-                key: "client".to_owned(),
+                key: key.to_owned(),
                 value,
             }],
             ..RateLimitDescriptor::default()
@@ -138,7 +147,7 @@ async fn one_call(
 async fn run(args: Args) -> Result<(), BoxError> {
     let bodies: Rc<Vec<Bytes>> = Rc::new(
         (0..args.keys)
-            .map(|i| body(format!("{}{i}", args.prefix)))
+            .map(|i| body(&args.key, format!("{}{i}", args.prefix)))
             .collect(),
     );
     let next = Rc::new(AtomicUsize::new(0));

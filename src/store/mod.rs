@@ -220,7 +220,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 /// needs no dynamic dispatch.
 #[derive(Debug, Clone)]
 pub enum StoreKind {
-    /// In-process counters: exact for one instance, lost on restart.
+    /// In-process counters: exact for one instance; kept across restarts
+    /// only with a snapshot file (`MEMORY_STORE_SNAPSHOT_PATH`).
     Memory(MemoryStore),
     /// Redis, shared by every instance.
     Redis {
