@@ -39,6 +39,10 @@ const SHARDS: usize = 64;
 struct ShardMap {
     map: LruCache<EntryKey, Entry, RandomState>,
     bytes: usize,
+    /// Changed since its last snapshot image was encoded (set under the
+    /// shard's lock, which every change holds anyway: free on the request
+    /// path).
+    dirty: bool,
 }
 
 type Shard = Mutex<ShardMap>;
@@ -115,6 +119,19 @@ struct Inner {
     demand: crate::store::rlqs::MemoryRegistry,
     snapshot: Option<SnapshotConfig>,
     snapshots: SnapshotCounters,
+    /// Each shard's counters as last encoded for a snapshot: a shard that
+    /// did not change since is neither encoded nor written again (under a
+    /// hot load only the hot keys' shards change between two snapshots).
+    images: Mutex<Vec<Image>>,
+}
+
+/// One shard's part of the snapshot.
+#[derive(Debug, Default, Clone)]
+struct Image {
+    bytes: Vec<u8>,
+    count: u64,
+    /// Encoded anew and not yet written.
+    unwritten: bool,
 }
 
 impl Default for MemoryStore {
@@ -144,6 +161,7 @@ impl MemoryStore {
                 Mutex::new(ShardMap {
                     map: LruCache::unbounded_with_hasher(hasher.clone()),
                     bytes: 0,
+                    dirty: true,
                 })
             })
             .collect();
@@ -158,6 +176,7 @@ impl MemoryStore {
                 demand: crate::store::rlqs::MemoryRegistry::default(),
                 snapshot,
                 snapshots: SnapshotCounters::default(),
+                images: Mutex::new(vec![Image::default(); SHARDS]),
             }),
         }
     }
@@ -184,6 +203,7 @@ impl MemoryStore {
     /// Charges the counter just used its new size (`old` -> `new`), then evicts least recently used
     /// counters (never the one just used) while the shard is over budget.
     fn account(&self, shard: &mut ShardMap, old: usize, new: usize) {
+        shard.dirty = true;
         shard.bytes = shard.bytes.saturating_sub(old).saturating_add(new);
         if new >= old {
             self.inner.bytes.fetch_add(new - old, Ordering::Relaxed);
@@ -320,6 +340,7 @@ impl MemoryStore {
             kind: CounterKind::of(&op.spec, now),
         };
         let mut shard = self.shard(&key).lock();
+        shard.dirty = true;
         let Some(slot) = shard.map.peek_mut(&key) else {
             return;
         };
@@ -354,6 +375,7 @@ impl MemoryStore {
                     .filter(|(_, slot)| slot.expires_at <= now)
                     .map(|(key, _)| key.clone()),
             );
+            shard.dirty |= !ended.is_empty();
             for key in ended.drain(..) {
                 if let Some(slot) = shard.map.pop(&key) {
                     shard.bytes = shard.bytes.saturating_sub(slot.bytes);
@@ -384,22 +406,67 @@ impl MemoryStore {
         }
     }
 
-    /// The counters whose window has not ended at `now`, encoded as a
-    /// snapshot file: each shard under its own lock, least recently used
-    /// first.
+    /// The counters whose window has not ended at `now`, encoded as one
+    /// snapshot file (tests read it).
+    #[cfg(test)]
     fn encode_snapshot(&self, now: UnixMillis) -> Vec<u8> {
-        let mut out = snapshot::header(now, 0);
-        let mut count = 0u64;
-        for shard in &self.inner.shards {
-            let shard = shard.lock();
+        let mut images = self.inner.images.lock();
+        self.refresh_images(&mut images, now);
+        let count = images.iter().map(|image| image.count).sum();
+        let parts: Vec<&[u8]> = images.iter().map(|image| image.bytes.as_slice()).collect();
+        snapshot::concatenated(&snapshot::header(now, count), &parts)
+    }
+
+    /// Encodes each shard that changed since its last image (under its own
+    /// lock, least recently used first; an unchanged shard's image is kept:
+    /// its counters whose window ended since are dropped when the file is
+    /// read back).
+    fn refresh_images(&self, images: &mut [Image], now: UnixMillis) {
+        for (shard, image) in self.inner.shards.iter().zip(images.iter_mut()) {
+            let mut shard = shard.lock();
+            if !shard.dirty {
+                continue;
+            }
+            image.bytes.clear();
+            image.count = 0;
             for (key, entry) in shard.map.iter().rev() {
-                if entry.expires_at > now && snapshot::encode_entry(&mut out, key, entry) {
-                    count += 1;
+                if entry.expires_at > now && snapshot::encode_entry(&mut image.bytes, key, entry) {
+                    image.count += 1;
                 }
             }
+            image.unwritten = true;
+            shard.dirty = false;
         }
-        snapshot::finish(&mut out, count);
-        out
+    }
+
+    /// Writes the snapshot: one file per shard (`path` for the first, then
+    /// `path.1` … `path.63`), each a whole snapshot of its counters, and
+    /// only those of shards that changed since their last write. Each file
+    /// is replaced atomically, so after a crash every counter is in its
+    /// last or its previous write: at most one interval lost. Returns the
+    /// bytes of all the files.
+    fn write_snapshot_file(
+        &self,
+        path: &std::path::Path,
+        now: UnixMillis,
+    ) -> Result<u64, SnapshotError> {
+        let mut images = self.inner.images.lock();
+        self.refresh_images(&mut images, now);
+        for (i, image) in images.iter_mut().enumerate() {
+            if !image.unwritten {
+                continue;
+            }
+            let header = snapshot::header(now, image.count);
+            snapshot::write_atomically(
+                &snapshot::part_path(path, i),
+                [header.as_slice(), image.bytes.as_slice()],
+            )?;
+            image.unwritten = false;
+        }
+        Ok(images
+            .iter()
+            .map(|image| 32 + u64::try_from(image.bytes.len()).unwrap_or(u64::MAX))
+            .sum())
     }
 
     /// Reads the snapshot file back, when snapshots are on and the file
@@ -415,24 +482,23 @@ impl MemoryStore {
         let Some(config) = &self.inner.snapshot else {
             return Ok(0);
         };
-        let bytes = match std::fs::read(&config.path) {
-            Ok(bytes) => bytes,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-            Err(source) => {
-                return Err(SnapshotError::Io {
-                    path: config.path.clone(),
-                    source,
-                });
+        let mut restored = 0;
+        for i in 0..SHARDS {
+            let path = snapshot::part_path(&config.path, i);
+            let bytes = match std::fs::read(&path) {
+                Ok(bytes) => bytes,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => return Err(SnapshotError::Io { path, source }),
+            };
+            let entries = snapshot::decode(&bytes, now, &path)?;
+            restored += entries.len();
+            for (key, mut entry) in entries {
+                let new = charge(key.id.as_str().len(), &entry.state);
+                entry.bytes = new;
+                let mut shard = self.shard(&key).lock();
+                let old = shard.map.put(key, entry).map_or(0, |old| old.bytes);
+                self.account(&mut shard, old, new);
             }
-        };
-        let entries = snapshot::decode(&bytes, now, &config.path)?;
-        let restored = entries.len();
-        for (key, mut entry) in entries {
-            let new = charge(key.id.as_str().len(), &entry.state);
-            entry.bytes = new;
-            let mut shard = self.shard(&key).lock();
-            let old = shard.map.put(key, entry).map_or(0, |old| old.bytes);
-            self.account(&mut shard, old, new);
         }
         Ok(restored)
     }
@@ -468,18 +534,13 @@ impl MemoryStore {
     async fn write_snapshot(&self, config: &SnapshotConfig, now: UnixMillis) {
         let store = self.clone();
         let path = config.path.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let bytes = store.encode_snapshot(now);
-            snapshot::write_atomically(&path, &bytes).map(|()| bytes.len())
-        })
-        .await;
+        let written =
+            tokio::task::spawn_blocking(move || store.write_snapshot_file(&path, now)).await;
         let counters = &self.inner.snapshots;
         match written {
             Ok(Ok(len)) => {
                 counters.written.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .bytes
-                    .store(u64::try_from(len).unwrap_or(u64::MAX), Ordering::Relaxed);
+                counters.bytes.store(len, Ordering::Relaxed);
                 counters.last_written_ms.store(now.0, Ordering::Relaxed);
             }
             Ok(Err(err)) => {

@@ -12,10 +12,14 @@
 //! arrival time). Counters go least recently used first, so reading them
 //! back in order restores the eviction order too.
 //!
-//! Writing: each shard is encoded under its own lock (a short hold, as a
-//! request's), the file is written on a blocking thread as a temporary
-//! file, fsynced, renamed over the old one and its directory fsynced, so a
-//! crash leaves the previous snapshot or the new one, never a torn file.
+//! One such file per shard of the store: `MEMORY_STORE_SNAPSHOT_PATH` for
+//! the first, `<path>.1` … `<path>.63` beside it. Writing: each shard that
+//! changed since its last write is encoded under its own lock (a short
+//! hold, as a request's) and its file written on a blocking thread as a
+//! temporary file, fsynced, renamed over the old one and its directory
+//! fsynced, so a crash leaves each file's previous version or its new one,
+//! never a torn file; shards that did not change are not written again
+//! (under a hot load, a few files a second, not the whole store).
 //! Reading refuses anything that is not a whole snapshot of this version
 //! (wrong magic, short, checksum mismatch, impossible lengths), and drops
 //! the counters whose window ended while floodgate was down.
@@ -120,23 +124,26 @@ pub(super) fn encode_entry(out: &mut Vec<u8>, key: &EntryKey, entry: &Entry) -> 
 }
 
 /// The header of a snapshot of `count` counters written at `now`; the
-/// counters follow, then [`finish`].
+/// counters follow, then the checksum ([`write_atomically`]).
 pub(super) fn header(now: UnixMillis, count: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 << 16);
+    let mut out = Vec::with_capacity(24);
     out.extend_from_slice(MAGIC);
     put_u64(&mut out, now.0);
     put_u64(&mut out, count);
     out
 }
 
-/// Sets the counter count (known only once every shard is encoded) and
-/// appends the checksum.
-pub(super) fn finish(out: &mut Vec<u8>, count: u64) {
-    if let Some(slot) = out.get_mut(16..24) {
-        slot.copy_from_slice(&count.to_le_bytes());
+/// A whole snapshot in memory (header, counters, checksum), as
+/// [`write_atomically`] writes it: for tests.
+#[cfg(test)]
+pub(super) fn concatenated(header: &[u8], images: &[&[u8]]) -> Vec<u8> {
+    let mut out = header.to_vec();
+    for image in images {
+        out.extend_from_slice(image);
     }
-    let sum = xxhash_rust::xxh3::xxh3_64(out);
-    put_u64(out, sum);
+    let sum = xxhash_rust::xxh3::xxh3_64(&out);
+    put_u64(&mut out, sum);
+    out
 }
 
 /// Reads a snapshot: every counter whose window has not ended by `now`,
@@ -251,13 +258,29 @@ pub(super) fn decode(
     Ok(entries)
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it,
-/// fsynced, renamed over it, the directory fsynced.
+/// The file of part `i` of the snapshot at `path`: `path` itself for the
+/// first, `path.<i>` for the others.
+pub(super) fn part_path(path: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        return path.to_owned();
+    }
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{i}"));
+    PathBuf::from(name)
+}
+
+/// Writes the concatenation of `parts` and its checksum to `path`
+/// atomically: a temporary file beside it, fsynced, renamed over it, the
+/// directory fsynced. The parts are written as they are (no copy of the
+/// whole snapshot in memory); returns the file's length.
 ///
 /// # Errors
 ///
 /// [`SnapshotError::Io`] naming the file.
-pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SnapshotError> {
+pub(super) fn write_atomically<'a>(
+    path: &Path,
+    parts: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<u64, SnapshotError> {
     use std::io::Write as _;
     let io = |source| SnapshotError::Io {
         path: path.to_owned(),
@@ -267,7 +290,14 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Snapshot
     temporary.push(".tmp");
     let temporary = PathBuf::from(temporary);
     let mut file = std::fs::File::create(&temporary).map_err(io)?;
-    file.write_all(bytes).map_err(io)?;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut len = 0u64;
+    for part in parts {
+        hasher.update(part);
+        file.write_all(part).map_err(io)?;
+        len += u64::try_from(part.len()).unwrap_or(u64::MAX);
+    }
+    file.write_all(&hasher.digest().to_le_bytes()).map_err(io)?;
     file.sync_all().map_err(io)?;
     drop(file);
     std::fs::rename(&temporary, path).map_err(io)?;
@@ -278,7 +308,7 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), Snapshot
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io)?;
-    Ok(())
+    Ok(len + 8)
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {

@@ -165,7 +165,6 @@ fn budget_evicts_cold_counters_and_keeps_hot_ones_exact() {
 }
 
 mod snapshots {
-    use super::super::snapshot;
     use super::*;
     use crate::algorithm::{Gcra, Limits, SlidingLog, SlidingWindow};
     use proptest::prelude::*;
@@ -220,8 +219,7 @@ mod snapshots {
                 now = now.saturating_add(std::time::Duration::from_millis(step));
                 apply(&original, alg, key, hits, now);
             }
-            let bytes = original.encode_snapshot(now);
-            snapshot::write_atomically(&config(&dir).path, &bytes).unwrap();
+            original.write_snapshot_file(&config(&dir).path, now).unwrap();
             now = now.saturating_add(std::time::Duration::from_millis(down_ms));
             let restored = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
             restored.load_snapshot(now).unwrap();
@@ -240,8 +238,7 @@ mod snapshots {
         let store = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
         let now = UnixMillis::from_secs(1_700_000_000);
         apply(&store, 0, 1, 3, now);
-        let bytes = store.encode_snapshot(now);
-        snapshot::write_atomically(&config(&dir).path, &bytes).unwrap();
+        store.write_snapshot_file(&config(&dir).path, now).unwrap();
         let later = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
         assert_eq!(later.load_snapshot(now).unwrap(), 1);
         let much_later = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
@@ -304,8 +301,7 @@ mod snapshots {
                 apply(&big, alg, key, 1, now);
             }
         }
-        let bytes = big.encode_snapshot(now);
-        snapshot::write_atomically(&config(&dir).path, &bytes).unwrap();
+        big.write_snapshot_file(&config(&dir).path, now).unwrap();
         let small = MemoryStore::with_snapshot(64 * 1_024, Some(config(&dir)));
         small.load_snapshot(now).unwrap();
         let stats = small.stats();
