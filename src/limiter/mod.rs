@@ -266,6 +266,10 @@ impl<S: Store> Limiter<S> {
             }
         }
         let response = self.respond(&plans, &slots);
+        if index.has_domain(&request.domain) {
+            self.metrics
+                .record_decision(&request.domain, response.overall_code == Code::OverLimit);
+        }
         self.observe(&index, request, &slots, now);
         Ok(response)
     }

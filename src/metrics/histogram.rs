@@ -41,6 +41,20 @@ impl Histogram {
         self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// Each bucket's own count (not cumulative) and the total count, for
+    /// the live page's history.
+    pub(super) fn counts(&self) -> ([u64; LATENCY_BUCKETS.len()], u64) {
+        let count = self.count.load(Ordering::Relaxed);
+        (
+            std::array::from_fn(|i| {
+                self.buckets
+                    .get(i)
+                    .map_or(0, |bucket| bucket.load(Ordering::Relaxed))
+            }),
+            count,
+        )
+    }
+
     pub(super) fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         // Read the count first: observations landing while rendering then

@@ -16,6 +16,7 @@
 //! task: requests only bump atomics). `process` reads `/proc/self`.
 
 mod histogram;
+pub mod history;
 pub mod mapped;
 pub mod mapper;
 pub mod process;
@@ -105,6 +106,8 @@ pub struct Metrics {
     max_series: usize,
     rules: RwLock<HashMap<String, Arc<RuleCounters>>>,
     domains_not_found: RwLock<HashMap<String, AtomicU64>>,
+    /// Answers per domain a rule file defines: `[OK, OVER_LIMIT]`.
+    decisions: RwLock<HashMap<String, [AtomicU64; 2]>>,
     series_dropped: AtomicU64,
     global_shadow_mode: AtomicU64,
     total_requests: AtomicU64,
@@ -120,6 +123,8 @@ pub struct Metrics {
     statsd_dropped: AtomicU64,
     /// RLQS streams, buckets and assignments.
     pub rlqs: rlqs::RlqsMetrics,
+    /// The last 15 minutes, for the live page.
+    history: history::History,
 }
 
 impl Default for Metrics {
@@ -136,6 +141,7 @@ impl Metrics {
             max_series,
             rules: RwLock::new(HashMap::new()),
             domains_not_found: RwLock::new(HashMap::new()),
+            decisions: RwLock::new(HashMap::new()),
             series_dropped: AtomicU64::new(0),
             global_shadow_mode: AtomicU64::new(0),
             total_requests: AtomicU64::new(0),
@@ -148,6 +154,7 @@ impl Metrics {
             response_time_ms: statsd_names::TimerCounts::default(),
             statsd_dropped: AtomicU64::new(0),
             rlqs: rlqs::RlqsMetrics::default(),
+            history: history::History::default(),
         }
     }
 
@@ -261,6 +268,26 @@ impl Metrics {
             .entry(domain.to_owned())
             .or_default()
             .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one answer for `domain` (one the rules define: callers
+    /// cannot grow the series), OVER_LIMIT or OK.
+    pub fn record_decision(&self, domain: &str, over_limit: bool) {
+        let at = usize::from(over_limit);
+        if let Some(counters) = self.decisions.read().get(domain) {
+            if let Some(counter) = counters.get(at) {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        let mut decisions = self.decisions.write();
+        if decisions.len() >= self.max_series && !decisions.contains_key(domain) {
+            self.series_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if let Some(counter) = decisions.entry(domain.to_owned()).or_default().get(at) {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts a request answered OK only because of global shadow mode.

@@ -42,6 +42,25 @@ impl Metrics {
             }
         }
         drop(rules);
+        let name = "ratelimit_decisions_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Answers to ShouldRateLimit per domain the rules define, by overall code.\n# TYPE {name} counter"
+        );
+        let decisions = self.decisions.read();
+        let mut names: Vec<&String> = decisions.keys().collect();
+        names.sort();
+        for domain in names {
+            for (code, count) in ["OK", "OVER_LIMIT"].iter().zip(&decisions[domain]) {
+                let _ = writeln!(
+                    out,
+                    "{name}{{domain=\"{}\",code=\"{code}\"}} {}",
+                    escape(domain),
+                    count.load(Ordering::Relaxed)
+                );
+            }
+        }
+        drop(decisions);
         let name = "ratelimit_service_rate_limit_domain_not_found";
         let _ = writeln!(
             out,

@@ -222,6 +222,10 @@ struct Sink {
     tcp: Option<TcpStream>,
     udp: Option<UdpSocket>,
     failing: bool,
+    /// Whether statsd ever took a flush: until it has, a failure is most
+    /// likely the reference's default (`USE_STATSD=true`) with no statsd
+    /// running, not an outage.
+    delivered: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -314,7 +318,17 @@ impl Sink {
         match self.send_all(&packets(lines, max)).await {
             Err((err, dropped)) => {
                 metrics.record_statsd_dropped(dropped);
-                if !self.failing {
+                if !self.failing && !self.delivered {
+                    self.failing = true;
+                    // One line, at start, saying what to set: not a warning
+                    // on every start of a service that runs without statsd.
+                    info!(
+                        error = &err as &dyn std::error::Error,
+                        statsd.host = %self.options.host,
+                        statsd.port = self.options.port,
+                        "no statsd answers; stats are dropped until one does (USE_STATSD=false turns statsd off)"
+                    );
+                } else if !self.failing {
                     self.failing = true;
                     warn!(
                         error = &err as &dyn std::error::Error,
@@ -327,9 +341,10 @@ impl Sink {
             }
             Ok(()) if self.failing => {
                 self.failing = false;
+                self.delivered = true;
                 info!(statsd.host = %self.options.host, statsd.port = self.options.port, "statsd reachable again");
             }
-            Ok(()) => {}
+            Ok(()) => self.delivered = true,
         }
     }
 }
@@ -350,6 +365,7 @@ pub async fn run(
         tcp: None,
         udp: None,
         failing: false,
+        delivered: false,
     };
     loop {
         let last = tokio::select! {

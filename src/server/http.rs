@@ -48,11 +48,13 @@ pub(crate) fn router(
 ) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
+        .route("/livez", get(livez))
         .route("/json", post(json))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
         .route("/explain", post(explain::explain))
         .route("/top", get(top::top))
+        .route("/history", get(history))
         .route("/", get(top::page))
         // `/json` reads its body with its own bound, answered 400 like any
         // other bad request.
@@ -160,6 +162,25 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         text,
     )
+}
+
+/// `GET /history`: the last 15 minutes for the live page's charts, and the
+/// last minute for its figures (JSON, [`crate::metrics::history::HistoryView`]).
+async fn history(State(state): State<AppState>) -> impl IntoResponse {
+    axum::Json(
+        state
+            .limiter
+            .metrics()
+            .history_view(std::time::Instant::now()),
+    )
+}
+
+/// `GET /livez`: 200 while the process answers HTTP at all, whatever the
+/// store or the rules do: the liveness probe, which must not restart a
+/// pod for a Redis outage (answered by the failure policy, and recovered
+/// from by itself). Readiness is `/healthcheck`.
+async fn livez() -> &'static str {
+    "OK"
 }
 
 /// 200 `OK` while serving, 500 otherwise (reference behaviour).

@@ -315,6 +315,23 @@ fn spawn_background(
             async move { store.maintain(clock, shutdown).await }.instrument(info_span!("store")),
         );
     }
+    {
+        // The live page's last 15 minutes: the counters sampled every step.
+        let (metrics, shutdown) = (limiter.metrics().clone(), shutdown.clone());
+        tracker.spawn(
+            async move {
+                let mut tick = tokio::time::interval(crate::metrics::history::STEP);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        _ = tick.tick() => metrics.record_history(std::time::Instant::now()),
+                    }
+                }
+            }
+            .instrument(info_span!("history")),
+        );
+    }
     if !limiter.store().is_ready() {
         // Health stays NOT_SERVING until the store is connected, so probes
         // never route traffic to an instance that can only answer

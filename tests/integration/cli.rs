@@ -191,33 +191,72 @@ fn serve_with_an_unreadable_tls_certificate_exits_1() {
 
 #[test]
 fn kubernetes_configmap_rules_are_valid() {
-    use serde::Deserialize as _;
-    let text = std::fs::read_to_string(repo("deploy/kubernetes.yaml")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut files = 0;
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let doc = serde_yaml_ng::Value::deserialize(doc).unwrap();
-        if doc["kind"].as_str() != Some("ConfigMap") {
-            continue;
-        }
-        for (name, body) in doc["data"].as_mapping().unwrap() {
-            std::fs::write(
-                dir.path().join(name.as_str().unwrap()),
-                body.as_str().unwrap(),
-            )
-            .unwrap();
-            files += 1;
-        }
-    }
-    assert!(files > 0, "no ConfigMap data in deploy/kubernetes.yaml");
+    // The rule files the Kustomize base turns into the ConfigMap.
+    let rules = repo("deploy/kubernetes/base/rules");
+    assert!(
+        std::fs::read_dir(&rules).unwrap().count() > 0,
+        "no rule file in {}",
+        rules.display()
+    );
     let out = floodgate()
         .arg("check-config")
-        .arg(dir.path())
+        .arg(&rules)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The first command of the README on a machine with no statsd (the
+/// reference's default `USE_STATSD=true`): one info line saying what to
+/// set, no warning.
+#[test]
+fn a_first_start_without_statsd_says_what_to_set_and_warns_nothing() {
+    let http_port = free_port();
+    let child = floodgate()
+        .arg("serve")
+        .current_dir(repo(""))
+        .env_clear()
+        .env("GRPC_PORT", free_port().to_string())
+        .env("PORT", http_port.to_string())
+        .env("STATSD_PORT", free_port().to_string())
+        .env("STATS_FLUSH_INTERVAL", "50ms")
+        .env("LOG_LEVEL", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let up = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        http_get(http_port, "/healthcheck").ok().map(|_| true)
+    });
+    assert!(up, "floodgate did not become healthy");
+    // Several flushes fail meanwhile (every 50 ms).
+    let flushed = poll_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        http_get(http_port, "/metrics")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("ratelimit_statsd_dropped_lines_total "))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+            })
+            .filter(|&n| n > 0)
+            .map(|_| true)
+    });
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(flushed, "no statsd flush was dropped: {stderr}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
+    assert_eq!(
+        stderr.matches("USE_STATSD=false").count(),
+        1,
+        "one line says what to set: {stderr}"
     );
 }

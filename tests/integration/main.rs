@@ -18,6 +18,7 @@ mod http;
 mod insight;
 mod metadata;
 mod model;
+mod ops;
 mod otel;
 mod page;
 mod redis;

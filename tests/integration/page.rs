@@ -190,6 +190,30 @@ async fn the_page_shows_the_hot_descriptor_with_no_console_error_and_nothing_ext
         dom.contains("most limited") && dom.contains("serving"),
         "{dom}"
     );
+    // Four charts of the last 15 minutes, drawn from the server's history;
+    // the request rate's has data (a peak above zero).
+    for field in [
+        "requests_per_second",
+        "over_limit_share",
+        "p99_ms",
+        "store_errors_per_second",
+    ] {
+        assert!(
+            dom.contains(&format!("data-field=\"{field}\"")),
+            "no {field} chart:\n{dom}"
+        );
+    }
+    let peak = dom
+        .split("data-field=\"requests_per_second\"")
+        .nth(1)
+        .and_then(|rest| rest.split("data-peak=\"").nth(1))
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|peak| peak.parse::<f64>().ok());
+    assert!(
+        peak.is_some_and(|p| p > 0.0),
+        "the request chart is empty:\n{dom}"
+    );
+    assert!(dom.contains("<rect x=\""), "no bar drawn:\n{dom}");
     let requests = page_requests(&net_log, &origin);
     assert!(
         requests
@@ -200,6 +224,31 @@ async fn the_page_shows_the_hot_descriptor_with_no_console_error_and_nothing_ext
     for url in &requests {
         assert!(url.starts_with(&origin), "the page asked for {url}");
     }
+
+    // Right from the first paint: with time for one refresh only, the
+    // figures already show the traffic (the server keeps the history; the
+    // page needs no second sample of its own).
+    let first = {
+        let (dir, page, flags) = (
+            dir.path().join("first"),
+            page.clone(),
+            vec![
+                "--dump-dom".to_owned(),
+                "--virtual-time-budget=200".to_owned(),
+            ],
+        );
+        std::fs::create_dir_all(&dir).unwrap();
+        tokio::task::spawn_blocking(move || chromium(&dir, &page, &flags))
+            .await
+            .unwrap()
+            .0
+    };
+    let rate = first
+        .split("id=\"rate\">")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .and_then(|rate| rate.parse::<f64>().ok());
+    assert!(rate.is_some_and(|r| r > 0.0), "first paint:\n{first}");
 
     // Under the target directory, wherever CARGO_TARGET_DIR puts it.
     let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("insight-page.png");
