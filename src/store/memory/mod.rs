@@ -220,8 +220,12 @@ impl MemoryStore {
         }
     }
 
+    /// The shard of `key`: by its counter identity alone, so every window
+    /// of one descriptor lives in one shard (a snapshot then rewrites only
+    /// the shards of the descriptors that changed, not one more shard per
+    /// new window).
     fn shard(&self, key: &EntryKey) -> &Shard {
-        let hash = self.inner.hasher.hash_one(key);
+        let hash = self.inner.hasher.hash_one(&key.id);
         // SHARDS is a power of two, so masking picks a uniform shard; the
         // masked value is < SHARDS and always fits in usize.
         let index = usize::try_from(hash & (SHARDS as u64 - 1)).unwrap_or(0);
