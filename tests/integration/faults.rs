@@ -134,6 +134,26 @@ fn count_on(node: &RedisServer, value: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Three masters with `replicas` replicas each, as operators run them to
+/// survive a dead master: a node is failed after 1 s, and the other
+/// shards go on serving (`cluster-require-full-coverage no`).
+async fn failing_cluster(replicas: usize) -> RedisCluster {
+    tokio::task::spawn_blocking(move || {
+        RedisCluster::start_with(
+            3,
+            replicas,
+            &[
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-require-full-coverage",
+                "no",
+            ],
+        )
+    })
+    .await
+    .unwrap()
+}
+
 /// How a Cluster master is taken down.
 #[derive(Debug, Clone, Copy)]
 enum Down {
@@ -151,20 +171,7 @@ enum Down {
 /// again once its replica is promoted.
 #[allow(clippy::print_stderr)] // the measured delay, quoted in the README
 async fn a_dead_master_fails_only_its_own_slots(down: Down) {
-    let mut cluster = tokio::task::spawn_blocking(|| {
-        RedisCluster::start_with(
-            3,
-            1,
-            &[
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-require-full-coverage",
-                "no",
-            ],
-        )
-    })
-    .await
-    .unwrap();
+    let mut cluster = failing_cluster(1).await;
     let config = RedisConfig {
         timeout: Duration::from_millis(500),
         connect_timeout: Duration::from_millis(500),
@@ -579,20 +586,7 @@ async fn after_a_sentinel_failover_no_call_fails_once_the_new_master_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_writes_at_most_one_line_a_second_per_kind() {
     use std::process::{Command, Stdio};
-    let mut cluster = tokio::task::spawn_blocking(|| {
-        RedisCluster::start_with(
-            3,
-            0,
-            &[
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-require-full-coverage",
-                "no",
-            ],
-        )
-    })
-    .await
-    .unwrap();
+    let mut cluster = failing_cluster(0).await;
     let (grpc_port, http_port) = (crate::support::free_port(), crate::support::free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_floodgate"))
         .arg("serve")

@@ -190,16 +190,7 @@ impl Drop for Floodgate {
 }
 
 fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response)
+    crate::support::http::get_blocking(port, path)
 }
 
 fn rules_dir(text: &str) -> tempfile::TempDir {

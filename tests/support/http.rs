@@ -40,3 +40,22 @@ pub async fn get(addr: SocketAddr, path: &str) -> HttpAnswer {
 pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> HttpAnswer {
     send(addr, "POST", path, Some(body)).await
 }
+
+/// `GET path` without a runtime (for tests that drive a child process from
+/// a plain thread): the whole raw answer.
+///
+/// # Errors
+///
+/// When the port does not answer.
+pub fn get_blocking(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
+}
