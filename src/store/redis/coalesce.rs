@@ -37,8 +37,7 @@ pub(super) use cluster::ClusterLanes;
 
 use super::command::{KeysIn, batch_cmd};
 use super::execute::{execute_batch, execute_on_node};
-use super::fault::{Signals, is_unsent};
-use redis::aio::ConnectionManager;
+use super::fault::{Signals, is_connection_failure, is_unsent};
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult};
 use std::sync::Arc;
@@ -138,8 +137,8 @@ pub(super) struct Lane {
 /// Where a lane sends its calls: one call per round, carrying every job.
 pub(super) enum Target {
     /// A standalone or Sentinel-named server: the batch script, its keys
-    /// declared.
-    Server(ConnectionManager),
+    /// declared. Boxed: one per lane, and far larger than a node's.
+    Server(Box<Dialled>),
     /// One Cluster master dialled directly (see [`cluster`]).
     Node(cluster::Node),
 }
@@ -356,6 +355,89 @@ async fn drive(mut target: Target, jobs: mpsc::Receiver<Job>, signals: Arc<Signa
     }
 }
 
+/// A connection a lane owns and dials again itself, so no call goes on a
+/// connection that died in an outage or was left on a demoted master:
+/// after a call failed on its connection (refused, reset, broken) or met a
+/// server that must be left (READONLY, LOADING, MASTERDOWN: see
+/// `fault::needs_redial`), the lane drops its connection and raises the
+/// pool's epoch; every lane of the pool, this one included, dials afresh
+/// before its next call. The pool's lanes are dialled together when it is
+/// built, so they all meet a failover the same way.
+pub(super) struct Dialled {
+    client: redis::Client,
+    config: redis::AsyncConnectionConfig,
+    conn: Option<redis::aio::MultiplexedConnection>,
+    /// The pool's epoch when this lane last dialled.
+    seen: u64,
+    epoch: Arc<std::sync::atomic::AtomicU64>,
+    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`.
+    leave_readonly: bool,
+}
+
+impl Dialled {
+    /// A lane's connection to the server `client` names; `epoch` is shared
+    /// by the pool's lanes.
+    pub(super) fn new(
+        client: redis::Client,
+        config: redis::AsyncConnectionConfig,
+        epoch: Arc<std::sync::atomic::AtomicU64>,
+        leave_readonly: bool,
+    ) -> Self {
+        Self {
+            client,
+            config,
+            conn: None,
+            seen: 0,
+            epoch,
+            leave_readonly,
+        }
+    }
+
+    /// Dials now (the pool's lanes at once, when it is built).
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be reached.
+    pub(super) async fn connect(&mut self) -> RedisResult<()> {
+        self.ready().await.map(|_| ())
+    }
+
+    /// The connection to send on, dialled afresh when there is none or the
+    /// pool's epoch moved. An error here sent nothing.
+    async fn ready(&mut self) -> RedisResult<&mut redis::aio::MultiplexedConnection> {
+        use std::sync::atomic::Ordering;
+        let epoch = self.epoch.load(Ordering::Acquire);
+        if epoch != self.seen {
+            self.conn = None;
+        }
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => {
+                let conn = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await?;
+                self.seen = epoch;
+                conn
+            }
+        };
+        Ok(self.conn.insert(conn))
+    }
+
+    /// Notes a failed call: a connection failure, or a server to leave,
+    /// drops the connection and has every lane of the pool dial afresh.
+    fn failed(&mut self, err: &RedisError) {
+        let leave = is_connection_failure(err)
+            || (super::fault::needs_redial(err)
+                && (self.leave_readonly
+                    || err.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)));
+        if leave {
+            self.conn = None;
+            self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
 /// Sends one call to `target`, and once more when it failed without
 /// reaching Redis (its connection was refused: nothing was counted). The
 /// connection started to dial afresh on the first failure, so the second
@@ -369,7 +451,17 @@ async fn send(
     loop {
         tries += 1;
         let result = match target {
-            Target::Server(conn) => execute_batch(conn, cmd, expected).await.map(Some),
+            Target::Server(dialled) => match dialled.ready().await {
+                Ok(conn) => {
+                    let sent = execute_batch(conn, cmd, expected).await.map(Some);
+                    if let Err(err) = &sent {
+                        dialled.failed(err);
+                    }
+                    sent
+                }
+                // Nothing was sent: the connection could not be made.
+                Err(err) => Err(err),
+            },
             Target::Node(node) => execute_on_node(&mut node.conn, cmd, expected).await,
         };
         match result {

@@ -2,7 +2,7 @@
 //! or the master Sentinel names), or a Cluster connection; opening them and
 //! loading the scripts.
 
-use super::coalesce::{ClusterLanes, Lane, Target};
+use super::coalesce::{ClusterLanes, Dialled, Lane, Target};
 use super::config::{RedisConfig, RedisMode, connection_info, redact};
 use super::fault::Signals;
 use super::scripts;
@@ -14,7 +14,6 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Client, ConnectionInfo, RedisError, RedisResult};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 use tracing::warn;
 
 pub(super) enum Connection {
@@ -151,14 +150,18 @@ fn client(config: &RedisConfig, info: ConnectionInfo) -> Result<Client, StoreErr
     })
 }
 
-/// How pooled and node connections (re)connect: within the connect
-/// timeout, one retry, and answers within `REDIS_TIMEOUT`.
+/// How pooled and node connections (re)connect: one attempt within the
+/// connect timeout, and answers within `REDIS_TIMEOUT`. No retry with a
+/// backoff inside the client: a call that finds its connection being
+/// re-dialled waits for that one attempt, never for a backoff sleep taken
+/// while Redis was still down (which made calls time out after Redis was
+/// back); a refused call goes once more by itself (`fault::is_unsent`), and
+/// the store's own redial paces attempts during an outage.
 fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_secs(1))
+        .set_number_of_retries(0)
 }
 
 /// A connection to one Cluster master at `addr`, dialled on its first call
@@ -180,6 +183,10 @@ pub(super) async fn connect_pool(
 ) -> Result<Pool, StoreError> {
     let client = client(config, info)?;
     let manager_config = manager_config(config);
+    let lane_config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.timeout));
+    let epoch = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut conns = Vec::with_capacity(config.pool_size.max(1));
     for _ in 0..config.pool_size.max(1) {
         conns.push(
@@ -192,13 +199,21 @@ pub(super) async fn connect_pool(
             script.prepare_invoke().load_async(conn).await?;
         }
     }
-    let conns = conns
-        .into_iter()
-        .map(|conn| {
-            let lane = Lane::spawn(Target::Server(conn.clone()), Arc::clone(signals));
-            (conn, lane)
-        })
-        .collect();
+    let mut lanes = Vec::with_capacity(conns.len());
+    for conn in conns {
+        let mut dialled = Dialled::new(
+            client.clone(),
+            lane_config.clone(),
+            Arc::clone(&epoch),
+            config.redial_on_readonly,
+        );
+        dialled.connect().await?;
+        lanes.push((
+            conn,
+            Lane::spawn(Target::Server(Box::new(dialled)), Arc::clone(signals)),
+        ));
+    }
+    let conns = lanes;
     Ok(Pool {
         addr,
         conns,

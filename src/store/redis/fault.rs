@@ -34,6 +34,12 @@ pub(super) fn needs_redial(err: &RedisError) -> bool {
         || err.is_unrecoverable_error()
 }
 
+/// Whether `err` came from the connection rather than from Redis's
+/// answer: refused, reset, broken, closed.
+pub(super) fn is_connection_failure(err: &RedisError) -> bool {
+    err.is_connection_dropped() || err.is_connection_refusal() || err.is_unrecoverable_error()
+}
+
 fn is_readonly(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
