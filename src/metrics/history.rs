@@ -1,6 +1,6 @@
 //! The last 15 minutes of the service, kept in the process for the live
 //! page's charts: every [`STEP`] the cumulative counters are sampled into a
-//! ring of [`SLOTS`] samples (bounded memory, about 20 KiB), and the page's
+//! ring of `SLOTS` samples (bounded memory, about 20 KiB), and the page's
 //! points are the differences between neighbours: requests per second, the
 //! share of answers over the limit, the p99 decision latency and store
 //! errors per second.

@@ -1,6 +1,6 @@
 //! Installs the tracing subscriber: the only place that does. Lines of
 //! dependencies that use the `log` crate reach it through
-//! [`log_bridge`], their warnings rate limited.
+//! `log_bridge`, their warnings rate limited.
 
 mod log_bridge;
 
