@@ -154,6 +154,20 @@ async fn failing_cluster(replicas: usize) -> RedisCluster {
     .unwrap()
 }
 
+/// Whether the server on `port` says `text` in `INFO replication` within
+/// 20 s (asked every 5 ms, so the moment is seen closely).
+async fn replication_says(port: u16, text: &'static str) -> bool {
+    tokio::task::spawn_blocking(move || {
+        poll_until(Duration::from_secs(20), Duration::from_millis(5), || {
+            crate::support::redis::cli(port, &["INFO", "replication"])
+                .is_some_and(|info| info.contains(text))
+                .then_some(true)
+        })
+    })
+    .await
+    .unwrap()
+}
+
 /// How a Cluster master is taken down.
 #[derive(Debug, Clone, Copy)]
 enum Down {
@@ -228,19 +242,10 @@ async fn a_dead_master_fails_only_its_own_slots(down: Down) {
         Down::Killed => cluster.nodes[victim].stop(),
         Down::Frozen => cluster.nodes[victim].pause(),
     }
-    let promoted = tokio::task::spawn_blocking({
-        let port = cluster.nodes[replica].port;
-        move || {
-            poll_until(Duration::from_secs(20), Duration::from_millis(10), || {
-                crate::support::redis::cli(port, &["INFO", "replication"])
-                    .is_some_and(|info| info.contains("role:master"))
-                    .then_some(true)
-            })
-        }
-    })
-    .await
-    .unwrap();
-    assert!(promoted, "the replica was not promoted");
+    assert!(
+        replication_says(cluster.nodes[replica].port, "role:master").await,
+        "the replica was not promoted"
+    );
     let promoted_at = Instant::now();
     // The dead shard's keys are counted again (on the new master).
     let probe = client.clone();
@@ -511,19 +516,10 @@ async fn after_a_sentinel_failover_no_call_fails_once_the_new_master_answers() {
     )
     .unwrap();
     let sentinel = RedisServer::start_sentinel(&conf);
-    let synced = tokio::task::spawn_blocking({
-        let port = new.port;
-        move || {
-            poll_until(Duration::from_secs(15), Duration::from_millis(20), || {
-                crate::support::redis::cli(port, &["INFO", "replication"])
-                    .is_some_and(|i| i.contains("master_link_status:up"))
-                    .then_some(true)
-            })
-        }
-    })
-    .await
-    .unwrap();
-    assert!(synced, "the replica never synced");
+    assert!(
+        replication_says(new.port, "master_link_status:up").await,
+        "the replica never synced"
+    );
     let config = RedisConfig {
         timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_millis(300),
@@ -546,19 +542,10 @@ async fn after_a_sentinel_failover_no_call_fails_once_the_new_master_answers() {
     // From the moment the old master is a replica it refuses every write:
     // a call that starts after that and is answered OK was counted on the
     // new master.
-    let demoted = tokio::task::spawn_blocking({
-        let port = old.port;
-        move || {
-            poll_until(Duration::from_secs(20), Duration::from_millis(5), || {
-                crate::support::redis::cli(port, &["INFO", "replication"])
-                    .is_some_and(|i| i.contains("role:slave"))
-                    .then_some(true)
-            })
-        }
-    })
-    .await
-    .unwrap();
-    assert!(demoted, "sentinel never demoted the old master");
+    assert!(
+        replication_says(old.port, "role:slave").await,
+        "sentinel never demoted the old master"
+    );
     let switched_from = load.order.load(Ordering::SeqCst);
     assert!(
         poll_until_async(Duration::from_secs(15), Duration::from_millis(10), || {

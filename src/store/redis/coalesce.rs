@@ -32,12 +32,13 @@
 //! So every job is answered by its deadline, with one timer per call.
 
 mod cluster;
+mod routed;
 
 pub(super) use cluster::ClusterLanes;
 
 use super::command::{KeysIn, batch_cmd};
 use super::execute::{execute_batch, execute_on_node};
-use super::fault::{Signals, is_connection_failure, is_unsent};
+use super::fault::{Signals, is_unsent};
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult};
 use std::sync::Arc;
@@ -138,7 +139,7 @@ pub(super) struct Lane {
 pub(super) enum Target {
     /// A standalone or Sentinel-named server: the batch script, its keys
     /// declared. Boxed: one per lane, and far larger than a node's.
-    Server(Box<Dialled>),
+    Server(Box<super::dialled::Dialled>),
     /// One Cluster master dialled directly (see [`cluster`]).
     Node(cluster::Node),
 }
@@ -154,10 +155,10 @@ impl Lane {
 
     /// A lane over the cluster client: one call per hash tag, routed and
     /// redirected by the client (operations of slots the node lanes cannot
-    /// place), see [`cluster`].
+    /// place), see [`routed`].
     pub(super) fn spawn_routed(conn: ClusterConnection, signals: Arc<Signals>) -> Self {
         let (queue, jobs) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(cluster::drive_routed(conn, jobs, signals));
+        tokio::spawn(routed::drive_routed(conn, jobs, signals));
         Self { queue }
     }
 
@@ -351,89 +352,6 @@ async fn drive(mut target: Target, jobs: mpsc::Receiver<Job>, signals: Arc<Signa
                 deliver(&mut batch, Err(LaneError::from(err)));
             }
             None => batch.clear(),
-        }
-    }
-}
-
-/// A connection a lane owns and dials again itself, so no call goes on a
-/// connection that died in an outage or was left on a demoted master:
-/// after a call failed on its connection (refused, reset, broken) or met a
-/// server that must be left (READONLY, LOADING, MASTERDOWN: see
-/// `fault::needs_redial`), the lane drops its connection and raises the
-/// pool's epoch; every lane of the pool, this one included, dials afresh
-/// before its next call. The pool's lanes are dialled together when it is
-/// built, so they all meet a failover the same way.
-pub(super) struct Dialled {
-    client: redis::Client,
-    config: redis::AsyncConnectionConfig,
-    conn: Option<redis::aio::MultiplexedConnection>,
-    /// The pool's epoch when this lane last dialled.
-    seen: u64,
-    epoch: Arc<std::sync::atomic::AtomicU64>,
-    /// `REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`.
-    leave_readonly: bool,
-}
-
-impl Dialled {
-    /// A lane's connection to the server `client` names; `epoch` is shared
-    /// by the pool's lanes.
-    pub(super) fn new(
-        client: redis::Client,
-        config: redis::AsyncConnectionConfig,
-        epoch: Arc<std::sync::atomic::AtomicU64>,
-        leave_readonly: bool,
-    ) -> Self {
-        Self {
-            client,
-            config,
-            conn: None,
-            seen: 0,
-            epoch,
-            leave_readonly,
-        }
-    }
-
-    /// Dials now (the pool's lanes at once, when it is built).
-    ///
-    /// # Errors
-    ///
-    /// When the server cannot be reached.
-    pub(super) async fn connect(&mut self) -> RedisResult<()> {
-        self.ready().await.map(|_| ())
-    }
-
-    /// The connection to send on, dialled afresh when there is none or the
-    /// pool's epoch moved. An error here sent nothing.
-    async fn ready(&mut self) -> RedisResult<&mut redis::aio::MultiplexedConnection> {
-        use std::sync::atomic::Ordering;
-        let epoch = self.epoch.load(Ordering::Acquire);
-        if epoch != self.seen {
-            self.conn = None;
-        }
-        let conn = match self.conn.take() {
-            Some(conn) => conn,
-            None => {
-                let conn = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&self.config)
-                    .await?;
-                self.seen = epoch;
-                conn
-            }
-        };
-        Ok(self.conn.insert(conn))
-    }
-
-    /// Notes a failed call: a connection failure, or a server to leave,
-    /// drops the connection and has every lane of the pool dial afresh.
-    fn failed(&mut self, err: &RedisError) {
-        let leave = is_connection_failure(err)
-            || (super::fault::needs_redial(err)
-                && (self.leave_readonly
-                    || err.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)));
-        if leave {
-            self.conn = None;
-            self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
 }

@@ -2,8 +2,9 @@
 //! or the master Sentinel names), or a Cluster connection; opening them and
 //! loading the scripts.
 
-use super::coalesce::{ClusterLanes, Dialled, Lane, Target};
+use super::coalesce::{ClusterLanes, Lane, Target};
 use super::config::{RedisConfig, RedisMode, connection_info, redact};
+use super::dialled::Dialled;
 use super::fault::Signals;
 use super::scripts;
 use super::slots::SlotTable;

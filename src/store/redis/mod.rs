@@ -16,6 +16,7 @@ mod coalesce;
 mod command;
 mod config;
 mod connection;
+mod dialled;
 mod execute;
 mod fault;
 mod keys;
