@@ -118,6 +118,16 @@ impl Load {
         }
     }
 
+    /// Waits (at most 10 s) until more than `n` calls were answered OK.
+    async fn wait_answered(&self, n: usize) {
+        let answered = poll_until_async(Duration::from_secs(10), Duration::from_millis(10), || {
+            let ok = self.calls.lock().iter().filter(|(_, c)| c.ok).count();
+            async move { (ok > n).then_some(true) }
+        })
+        .await;
+        assert!(answered, "fewer than {n} calls answered");
+    }
+
     async fn stop(self) -> Vec<(String, Call)> {
         self.stop.store(true, Ordering::SeqCst);
         for task in self.tasks {
@@ -230,13 +240,7 @@ async fn a_dead_master_fails_only_its_own_slots(down: Down) {
     );
     // Some calls on every shard first.
     let order = load.order.clone();
-    assert!(
-        poll_until_async(Duration::from_secs(10), Duration::from_millis(20), || {
-            let calls = load.calls.clone();
-            async move { (calls.lock().iter().filter(|(_, c)| c.ok).count() > 40).then_some(true) }
-        })
-        .await
-    );
+    load.wait_answered(40).await;
 
     match down {
         Down::Killed => cluster.nodes[victim].stop(),
@@ -444,14 +448,7 @@ async fn a_demoted_master_behind_a_repointed_address_is_left_for_the_new_one() {
     let server = serve(config).await;
     let client = server.client().await;
     let load = Load::start(&client, (0..3).map(|i| vec![format!("d{i}")]).collect());
-    let calls = load.calls.clone();
-    assert!(
-        poll_until_async(Duration::from_secs(10), Duration::from_millis(10), || {
-            let n = calls.lock().iter().filter(|(_, c)| c.ok).count();
-            async move { (n > 30).then_some(true) }
-        })
-        .await
-    );
+    load.wait_answered(30).await;
 
     // The failover: the address now leads to `new`; `old` follows it, and
     // from the moment REPLICAOF returns refuses every write: a call that
@@ -529,14 +526,7 @@ async fn after_a_sentinel_failover_no_call_fails_once_the_new_master_answers() {
     let server = serve(config).await;
     let client = server.client().await;
     let load = Load::start(&client, (0..3).map(|i| vec![format!("s{i}")]).collect());
-    let calls = load.calls.clone();
-    assert!(
-        poll_until_async(Duration::from_secs(10), Duration::from_millis(10), || {
-            let n = calls.lock().iter().filter(|(_, c)| c.ok).count();
-            async move { (n > 30).then_some(true) }
-        })
-        .await
-    );
+    load.wait_answered(30).await;
 
     sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]).unwrap();
     // From the moment the old master is a replica it refuses every write:

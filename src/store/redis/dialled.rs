@@ -2,7 +2,7 @@
 //! [`Dialled`]): no reconnect hidden inside the client can swap a
 //! connection under a call or make a call wait for a backoff sleep.
 
-use super::fault::{is_connection_failure, needs_redial};
+use super::fault::{is_connection_failure, must_leave};
 use redis::{RedisError, RedisResult};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,13 +78,9 @@ impl Dialled {
     /// Notes a failed call: a connection failure, or a server to leave,
     /// drops the connection and has every lane of the pool dial afresh.
     pub(super) fn failed(&mut self, err: &RedisError) {
-        let leave = is_connection_failure(err)
-            || (needs_redial(err)
-                && (self.leave_readonly
-                    || err.kind() != redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)));
-        if leave {
+        if is_connection_failure(err) || must_leave(err, self.leave_readonly) {
             self.conn = None;
-            self.epoch.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            self.epoch.fetch_add(1, Ordering::AcqRel);
         }
     }
 }

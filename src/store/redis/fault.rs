@@ -40,6 +40,13 @@ pub(super) fn is_connection_failure(err: &RedisError) -> bool {
     err.is_connection_dropped() || err.is_connection_refusal() || err.is_unrecoverable_error()
 }
 
+/// Whether a connection that met `err` must be left for a fresh one:
+/// [`needs_redial`], READONLY only when `leave_readonly`
+/// (`REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR`).
+pub(super) fn must_leave(err: &RedisError, leave_readonly: bool) -> bool {
+    needs_redial(err) && (leave_readonly || !is_readonly(err))
+}
+
 fn is_readonly(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
@@ -90,7 +97,7 @@ impl Signals {
     /// Notes a failed call: raises the redial signal when the connection
     /// must be replaced.
     pub(super) fn failed(&self, err: &RedisError) {
-        if needs_redial(err) && (self.redial_on_readonly || !is_readonly(err)) {
+        if must_leave(err, self.redial_on_readonly) {
             self.redial.notify_one();
         }
     }
