@@ -41,11 +41,10 @@ pub mod insight;
 pub mod limiter;
 pub mod metrics;
 pub mod otel;
+pub mod proto;
 pub mod rlqs;
 pub mod server;
 pub mod settings;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
-
-pub use server::proto;

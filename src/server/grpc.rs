@@ -2,17 +2,17 @@
 //! limiter. Owns every conversion between proto and domain types and the one
 //! mapping from errors to gRPC status codes.
 
-use super::proto::envoy::config::core::v3::HeaderValue;
-use super::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use super::proto::envoy::service::ratelimit::v3::rate_limit_response::{
-    self, DescriptorStatus, rate_limit,
-};
-use super::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use super::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use super::proto::envoy::r#type::v3::RateLimitUnit;
 use crate::descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit, UnknownOverrideUnit};
 use crate::limiter::{Code, LimitError, Limiter, Response, Status};
 use crate::otel::{CallSpan, RequestTracer};
+use crate::proto::envoy::config::core::v3::HeaderValue;
+use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
+    self, DescriptorStatus, rate_limit,
+};
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::proto::envoy::r#type::v3::RateLimitUnit;
 use crate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -346,7 +346,7 @@ mod tests {
             domain: "d".into(),
             descriptors: vec![RateLimitDescriptor {
                 limit: Some(
-                    super::super::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
+                    crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride {
                         requests_per_unit: 5,
                         unit: 0,
                     },

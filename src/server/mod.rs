@@ -14,18 +14,17 @@ mod health;
 mod http;
 mod metadata;
 mod options;
-pub mod proto;
 mod tls;
 
 use crate::config::Watcher;
 use crate::limiter::Limiter;
+use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
 pub use http::{ExplainError, explain_offline};
 pub use options::{Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
-use proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
-use proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,11 +74,11 @@ pub async fn serve_with_debug(
     // Everything that can fail is built before the first task is spawned,
     // so an early return leaves nothing running.
     let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(ServeError::Reflection)?;
     let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(ServeError::Reflection)?;
 

@@ -11,14 +11,12 @@ use crate::support::xds::{AdsServer, Seen, ServerTls, config, limit};
 use crate::support::{free_port, http, poll_until_async};
 use arc_swap::ArcSwap;
 use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::config::xds::proto::ratelimit::config::ratelimit::v3::{
-    RateLimitConfig, RateLimitUnit,
-};
 use floodgate::config::xds::{Backoff, RuleFeed, XdsClient, XdsOptions, XdsTls};
 use floodgate::config::{Index, LoadOptions};
 use floodgate::limiter::LimiterOptions;
 use floodgate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use floodgate::proto::ratelimit::config::ratelimit::v3::{RateLimitConfig, RateLimitUnit};
 use floodgate::server::ServeOptions;
 use floodgate::store::{MemoryStore, StoreKind};
 use std::net::SocketAddr;

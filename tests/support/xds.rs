@@ -7,13 +7,11 @@
 //! with the same state.
 
 use floodgate::config::xds::RATE_LIMIT_CONFIG_TYPE;
-use floodgate::config::xds::proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+use floodgate::proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };
-use floodgate::config::xds::proto::envoy::service::discovery::v3::{
-    DiscoveryRequest, DiscoveryResponse,
-};
-use floodgate::config::xds::proto::ratelimit::config::ratelimit::v3 as rls_conf;
+use floodgate::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use floodgate::proto::ratelimit::config::ratelimit::v3 as rls_conf;
 use prost::Message as _;
 use std::net::SocketAddr;
 use std::sync::Arc;

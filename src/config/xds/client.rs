@@ -5,14 +5,14 @@
 
 use super::backoff::random_unit;
 use super::convert::{RATE_LIMIT_CONFIG_TYPE, index_of};
-use super::proto::envoy::config::core::v3::{Node, node::UserAgentVersionType};
-use super::proto::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use super::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
-use super::proto::google::rpc::Status;
 use super::{XdsOptions, XdsTls};
 use crate::config::index::Index;
 use crate::config::validation::LoadOptions;
 use crate::config::watch::ReloadStats;
+use crate::proto::envoy::config::core::v3::{Node, node::UserAgentVersionType};
+use crate::proto::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use crate::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use crate::proto::google::rpc::Status;
 use arc_swap::ArcSwap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

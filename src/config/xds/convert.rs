@@ -6,10 +6,10 @@
 //! `share_threshold` and floodgate's extensions (`rate_limits`,
 //! `algorithm`, …) cannot be expressed over xDS.
 
-use super::proto::ratelimit::config::ratelimit::v3 as rls_conf;
 use crate::config::index::Index;
 use crate::config::model;
 use crate::config::validation::{ConfigError, LoadOptions, load_models};
+use crate::proto::ratelimit::config::ratelimit::v3 as rls_conf;
 use prost::Message as _;
 use prost_types::value::Kind;
 

@@ -5,7 +5,7 @@
 //! Owns: the ADS stream (`client`), the reconnect waits (`backoff`), and
 //! the conversion of `RateLimitConfig` resources into the rule model
 //! (`convert`). Must not touch: counters, stores, or anything per request.
-//! The xDS wire types (`proto`) are used only here.
+//! The xDS wire types live in the crate's one generated module, `crate::proto`.
 //!
 //! Each response is the whole rule set: its resources (one per domain, or
 //! several per domain with `MERGE_DOMAIN_CONFIG`) are validated exactly as
@@ -18,7 +18,6 @@
 mod backoff;
 mod client;
 mod convert;
-pub mod proto;
 
 pub use backoff::Backoff;
 pub use client::{RuleFeed, XdsClient, XdsError};
