@@ -7,6 +7,7 @@
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod quota_split;
 pub mod sliding_log;
 pub mod sliding_window;
 

@@ -1,9 +1,9 @@
 //! What the rules say about a bucket: the decision shared by every Envoy,
 //! or the budget their token buckets split.
 
-use super::split::{Budget, Strategy};
 use super::state::BucketKey;
 use super::{RlqsOptions, Unmatched, state};
+use crate::algorithm::quota_split::{Budget, Strategy};
 use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
 use crate::store::CounterId;
 

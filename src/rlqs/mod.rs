@@ -13,7 +13,7 @@
 //! - `unlimited`, a shadow rule, or `SHADOW_MODE`: ALLOW_ALL;
 //! - `requests_per_unit: 0`: DENY_ALL;
 //! - a limit: a token bucket, the reporting Envoy's share of the rule's
-//!   budget (`split`), from the demand registry in the store
+//!   budget (`algorithm::quota_split`), from the demand registry in the store
 //!   (`store::rlqs`), so every instance on one store splits one budget.
 //!
 //! Assignments are pushed after the first report of a bucket, whenever the
@@ -21,11 +21,10 @@
 //! that reports no request for `idle_timeout` is abandoned.
 //!
 //! Owns the proto conversion of RLQS (as `server/grpc.rs` does for RLS);
-//! `state` is a stream's memory, `split` the pure math.
+//! `state` is a stream's memory; the pure math is `algorithm::quota_split`.
 
 mod decide;
 mod options;
-pub mod split;
 pub mod state;
 mod view;
 mod wire;
@@ -38,6 +37,7 @@ pub use options::{
 pub use view::{MemberView, SplitView, StrategyView, explain};
 use wire::{abandon, assignment, micro_rate, pushed_kind};
 
+use crate::algorithm::quota_split::{self as split, Budget, Strategy};
 use crate::clock::UnixMillis;
 use crate::limiter::Limiter;
 use crate::metrics::rlqs::{Pushed, Refusal};
@@ -49,7 +49,6 @@ use crate::proto::envoy::service::rate_limit_quota::v3::{
 use crate::store::StoreKind;
 use crate::store::rlqs::{DemandRegistry, DemandReport};
 use futures_util::Stream;
-use split::{Budget, Strategy};
 use state::{BucketKey, InputError, Step, StreamState};
 use std::hash::{BuildHasher as _, RandomState};
 use std::pin::Pin;

@@ -4,7 +4,7 @@
 //! refresh before the assignment's TTL runs out) and when a bucket has been
 //! idle long enough to be abandoned. Pure: time comes in as `now`.
 
-use super::split::Strategy;
+use crate::algorithm::quota_split::Strategy;
 use crate::clock::UnixMillis;
 use crate::descriptor::Entry;
 use std::collections::HashMap;
@@ -284,7 +284,7 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rlqs::split::TokenBucket;
+    use crate::algorithm::quota_split::TokenBucket;
 
     fn key(pairs: &[(&str, &str)]) -> BucketKey {
         bucket_key(

@@ -1,11 +1,11 @@
 //! The operator view of a bucket's split (`GET /rlqs`).
 
-use super::split::{self, Budget, Strategy};
 use super::state::BucketKey;
 use super::{
     RlqsOptions,
     decide::{Decision, decide},
 };
+use crate::algorithm::quota_split::{self as split, Budget, Strategy};
 use crate::clock::UnixMillis;
 use crate::limiter::Limiter;
 use crate::store::rlqs::{DemandRegistry, Member};

@@ -11,7 +11,7 @@ use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_respons
 };
 use crate::proto::envoy::service::rate_limit_quota::v3::BucketId;
 use std::time::Duration;
-use super::split::Strategy;
+use crate::algorithm::quota_split::Strategy;
 
 /// A strategy's token rate in millionths of a token per second.
 pub(super) fn micro_rate(strategy: Strategy) -> i64 {

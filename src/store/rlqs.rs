@@ -14,8 +14,8 @@
 //! Knows bucket identities and members, not rules or Envoy's protocol.
 
 use super::{CounterId, MemoryStore, StoreError, StoreKind};
+use crate::algorithm::quota_split as split;
 use crate::clock::UnixMillis;
-use crate::rlqs::split;
 use lru::LruCache;
 use parking_lot::Mutex;
 use std::collections::HashMap;

@@ -611,7 +611,7 @@ async fn rlqs_is_served_over_the_same_tls() {
 /// grants from both, and the grants held never exceed the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_script_and_the_memory_registry_agree_on_random_reports() {
-    use floodgate::rlqs::split::UNITS;
+    use floodgate::algorithm::quota_split::UNITS;
     use floodgate::store::CounterId;
     use floodgate::store::rlqs::{DemandRegistry, DemandReport};
     use proptest::prelude::*;

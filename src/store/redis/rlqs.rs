@@ -6,8 +6,8 @@
 
 use super::RedisStore;
 use super::connection::{Connection, no_connection};
+use crate::algorithm::quota_split as split;
 use crate::clock::UnixMillis;
-use crate::rlqs::split;
 use crate::store::rlqs::{
     DemandRegistry, DemandReport, Grant, MAX_MEMBERS, Member, live, millis, parse_member,
 };
