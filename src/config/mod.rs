@@ -26,4 +26,4 @@ pub use index::{
     StepMatch, Walk,
 };
 pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};
-pub use watch::{DEFAULT_POLL_INTERVAL, Fingerprint, Reload, ReloadStats, Watcher};
+pub use watch::{DEFAULT_POLL_INTERVAL, Fingerprint, Reload, Watcher};

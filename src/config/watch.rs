@@ -29,53 +29,15 @@ use arc_swap::ArcSwap;
 use std::hash::{Hash as _, Hasher as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use crate::metrics::ReloadStats;
+
 /// How often the rule directory is checked by default: a change is live
 /// well within one second.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
-
-/// Outcome counts of reload attempts, for metrics (`config_load_success`,
-/// `config_load_error`). Shared between the watcher and readers; lock-free.
-#[derive(Debug, Default)]
-pub struct ReloadStats {
-    success: AtomicU64,
-    error: AtomicU64,
-}
-
-impl ReloadStats {
-    /// Counts the initial load as a success, as the reference does: a
-    /// process that started on good rules reports `config_load_success` 1.
-    pub fn record_initial_load(&self) {
-        self.success.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a rule set stored by a source other than the directory
-    /// watcher (xDS).
-    pub(crate) fn record_success(&self) {
-        self.success.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a rule set rejected by a source other than the directory
-    /// watcher (xDS).
-    pub(crate) fn record_error(&self) {
-        self.error.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Reloads that produced a new index and stored it.
-    pub fn success(&self) -> u64 {
-        self.success.load(Ordering::Relaxed)
-    }
-
-    /// Reloads rejected (invalid rules or unreadable directory); the previous
-    /// index kept serving.
-    pub fn error(&self) -> u64 {
-        self.error.load(Ordering::Relaxed)
-    }
-}
 
 /// What one reload attempt did.
 #[derive(Debug)]
@@ -198,7 +160,7 @@ impl Watcher {
             Ok(index) => {
                 let index = Arc::new(index);
                 self.rules.store(index.clone());
-                self.stats.success.fetch_add(1, Ordering::Relaxed);
+                self.stats.record_success();
                 info!(
                     config.dir = %self.dir.display(),
                     domains = index.summaries().len(),
@@ -207,7 +169,7 @@ impl Watcher {
                 Reload::Stored(index)
             }
             Err(err) => {
-                self.stats.error.fetch_add(1, Ordering::Relaxed);
+                self.stats.record_error();
                 log_rejected(&self.dir, &err);
                 Reload::Rejected(err)
             }

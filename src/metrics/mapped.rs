@@ -12,7 +12,7 @@ use super::Metrics;
 use super::mapper::{Action, Mapper, MetricType, Observer, escape_name};
 use super::render::escape;
 use super::statsd_names::{RESPONSE_TIME, Tags};
-use crate::config::ReloadStats;
+use crate::metrics::ReloadStats;
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::fmt::Write as _;

@@ -20,14 +20,17 @@ pub mod history;
 pub mod mapped;
 pub mod mapper;
 pub mod process;
+mod reload;
 mod render;
 pub mod rlqs;
 pub mod statsd;
 pub mod statsd_names;
+pub mod store;
 #[cfg(test)]
 mod tests;
 
 pub use mapper::{Mapper, MapperError, MetricType};
+pub use reload::ReloadStats;
 pub use render::{render_memory_store, render_redis_calls};
 
 use histogram::Histogram;

@@ -23,7 +23,7 @@
 
 use super::Metrics;
 use super::statsd_names::{RESPONSE_TIME, Tags, split_tags};
-use crate::config::ReloadStats;
+use crate::metrics::ReloadStats;
 use regex::Regex;
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -18,7 +18,7 @@
 //! reference, a counter that never moved is not reported.
 
 use super::{MetricType, Metrics, RuleCounters};
-use crate::config::ReloadStats;
+use crate::metrics::ReloadStats;
 use regex::Regex;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};

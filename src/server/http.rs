@@ -15,9 +15,10 @@ pub use explain::{ExplainError, explain_offline};
 pub(crate) mod rlqs;
 
 use super::health::Health;
-use crate::config::{Algorithm, Policy, ReloadStats, Rule};
+use crate::config::{Algorithm, Policy, Rule};
 use crate::descriptor::Request;
 use crate::limiter::{Code, LimitError, Limiter, Response};
+use crate::metrics::ReloadStats;
 use crate::store::StoreKind;
 use axum::Router;
 use axum::body::Body;

@@ -3,7 +3,8 @@
 
 use super::tls::{TlsError, TlsOptions};
 use crate::config::xds::RuleFeed;
-use crate::config::{Fingerprint, LoadOptions, ReloadStats};
+use crate::config::{Fingerprint, LoadOptions};
+use crate::metrics::ReloadStats;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

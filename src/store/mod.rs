@@ -243,13 +243,13 @@ impl StoreKind {
     }
 
     /// What the embedded store holds (for `/metrics`); `None` for Redis.
-    pub fn memory_stats(&self) -> Option<memory::MemoryStats> {
+    pub fn memory_stats(&self) -> Option<crate::metrics::store::MemoryStats> {
         self.as_memory().map(MemoryStore::stats)
     }
 
     /// Redis script calls sent and the requests they carried (both stores
     /// of `REDIS_PERSECOND` together); `None` for the embedded store.
-    pub fn call_stats(&self) -> Option<redis::CallStats> {
+    pub fn call_stats(&self) -> Option<crate::metrics::store::CallStats> {
         match self {
             Self::Memory(_) => None,
             Self::Redis { main, per_second } => {

@@ -4,8 +4,9 @@
 use crate::support::grpc::{TestServer, ask, request};
 use crate::support::http;
 use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::config::{LoadOptions, ReloadStats, load_dir};
+use floodgate::config::{LoadOptions, load_dir};
 use floodgate::limiter::LimiterOptions;
+use floodgate::metrics::ReloadStats;
 use floodgate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use floodgate::server::{ReloadOptions, ServeOptions};
 use floodgate::store::{MemoryStore, StoreKind};

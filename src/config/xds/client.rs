@@ -8,7 +8,7 @@ use super::convert::{RATE_LIMIT_CONFIG_TYPE, index_of};
 use super::{XdsOptions, XdsTls};
 use crate::config::index::Index;
 use crate::config::validation::LoadOptions;
-use crate::config::watch::ReloadStats;
+use crate::metrics::ReloadStats;
 use crate::proto::envoy::config::core::v3::{Node, node::UserAgentVersionType};
 use crate::proto::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use crate::proto::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};

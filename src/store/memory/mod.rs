@@ -24,6 +24,7 @@ pub use snapshot::SnapshotError;
 use super::{Batch, CounterId, Op, Store, StoreError};
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
+use crate::metrics::store::{MemoryStats, SnapshotStats};
 use entry::{CounterKind, Entry, EntryKey, State, charge};
 use lru::LruCache;
 use parking_lot::Mutex;
@@ -53,34 +54,6 @@ pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5
 /// Default byte budget: half the 256 MiB the Kubernetes manifest gives the
 /// pod, leaving room for the rest of the process.
 pub const DEFAULT_MAX_BYTES: usize = 128 << 20;
-
-/// What the memory store holds, for `/metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryStats {
-    /// Bytes charged against the budget.
-    pub bytes: usize,
-    /// Counters held.
-    pub counters: usize,
-    /// Counters evicted to stay within the budget since start.
-    pub evictions: u64,
-    /// The budget.
-    pub max_bytes: usize,
-    /// Snapshot writes, when snapshots are on.
-    pub snapshot: Option<SnapshotStats>,
-}
-
-/// Snapshot writes since start, for `/metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SnapshotStats {
-    /// Snapshots written.
-    pub written: u64,
-    /// Snapshot writes that failed.
-    pub failed: u64,
-    /// Size of the last snapshot written, bytes.
-    pub bytes: u64,
-    /// When the last snapshot was written (0: never).
-    pub last_written: UnixMillis,
-}
 
 /// Where and how often the embedded store writes its snapshot
 /// (`MEMORY_STORE_SNAPSHOT_PATH`, `MEMORY_STORE_SNAPSHOT_INTERVAL`).

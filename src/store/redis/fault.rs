@@ -10,6 +10,7 @@
 //!   keeps a healthy TCP connection, so no client reconnects by itself: the
 //!   store dials afresh (and asks Sentinel again) before long.
 
+use crate::metrics::store::CallStats;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Notify;
@@ -63,15 +64,6 @@ pub(super) struct Signals {
     pub(super) redial: Notify,
     calls: AtomicU64,
     requests: AtomicU64,
-}
-
-/// Script calls sent and the requests they carried, since start.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CallStats {
-    /// Script calls sent to Redis by the lanes.
-    pub calls: u64,
-    /// Requests those calls carried (requests per call = batching).
-    pub requests: u64,
 }
 
 impl Signals {

@@ -27,7 +27,6 @@ mod sentinel;
 mod slots;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
-pub use fault::CallStats;
 
 use super::{Batch, Outcome, Store, StoreError};
 use crate::clock::UnixMillis;
@@ -108,7 +107,7 @@ impl RedisStore {
 
     /// Script calls sent and the requests they carried, since start (how
     /// well requests share calls).
-    pub fn call_stats(&self) -> CallStats {
+    pub fn call_stats(&self) -> crate::metrics::store::CallStats {
         self.inner.signals.stats()
     }
 
