@@ -32,6 +32,11 @@
 pub use super::rule::{Algorithm, Limit, Metadata, PathStep, Policy, Rule};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Shared, atomically swappable rule index: reloads store a new `Arc<Index>`
+/// and each request reads it once.
+pub type SharedIndex = Arc<arc_swap::ArcSwap<Index>>;
 
 /// A successful lookup: the rule, plus how to build its counter key.
 #[derive(Debug, Clone)]

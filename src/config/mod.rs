@@ -23,7 +23,7 @@ pub mod xds;
 
 pub use index::{
     Algorithm, DomainSummary, Index, Limit, Lookup, Match, Metadata, PathStep, Policy, Rule,
-    StepMatch, Walk,
+    SharedIndex, StepMatch, Walk,
 };
 pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};
 pub use watch::{DEFAULT_POLL_INTERVAL, Fingerprint, Reload, Watcher};

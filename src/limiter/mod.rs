@@ -26,21 +26,16 @@ pub use response::{Code, CurrentLimit, HeaderNames, Response, Status};
 
 use crate::algorithm::Spec;
 use crate::clock::Clock;
-use crate::config::Index;
+use crate::config::SharedIndex;
 use crate::descriptor::Request;
 use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
 use crate::store::{Batch, CounterId, Op, Store};
-use arc_swap::ArcSwap;
 use local_cache::LocalCache;
 use plan::{Pending, Plan, apply_replaces, counter_id, failure_outcome, is_candidate, specs};
 use quiet_log::QuietLog;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Shared, atomically swappable rule index: reloads store a new `Arc<Index>`
-/// and each request reads it once.
-pub type SharedIndex = Arc<ArcSwap<Index>>;
 
 /// Makes rate-limit decisions against a store.
 #[derive(Debug)]

@@ -74,7 +74,7 @@ fn limiter_with(options: LimiterOptions) -> (Limiter<StoreKind>, ManualClock) {
     .unwrap();
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let limiter = Limiter::new(
-        Arc::new(ArcSwap::from_pointee(index)),
+        Arc::new(arc_swap::ArcSwap::from_pointee(index)),
         StoreKind::Memory(MemoryStore::new()),
         Arc::new(clock.clone()),
         options,

@@ -38,8 +38,10 @@ pub use view::{MemberView, SplitView, StrategyView, explain};
 use wire::{abandon, assignment, micro_rate, pushed_kind};
 
 use crate::algorithm::quota_split::{self as split, Budget, Strategy};
+use crate::clock::Clock;
 use crate::clock::UnixMillis;
-use crate::limiter::Limiter;
+use crate::config::SharedIndex;
+use crate::metrics::Metrics;
 use crate::metrics::rlqs::{Pushed, Refusal};
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
@@ -64,9 +66,24 @@ pub struct RlqsService {
     inner: Arc<Shared>,
 }
 
+/// What RLQS reads and counts: the rules in force, the store holding the
+/// demand registry, the clock and the metrics. The same ones the RLS
+/// limiter uses, handed over one by one so RLQS depends on no service.
+#[derive(Debug, Clone)]
+pub struct Sources {
+    /// The rules in force (swapped on reload).
+    pub rules: SharedIndex,
+    /// The store: the demand registry lives beside the counters.
+    pub store: StoreKind,
+    /// The one clock of the process.
+    pub clock: Arc<dyn Clock>,
+    /// Where the RLQS figures are counted (`Metrics::rlqs`).
+    pub metrics: Arc<Metrics>,
+}
+
 #[derive(Debug)]
 struct Shared {
-    limiter: Arc<Limiter<StoreKind>>,
+    sources: Sources,
     options: RlqsOptions,
     names: RandomState,
     streams: AtomicU64,
@@ -78,18 +95,14 @@ struct Shared {
 }
 
 impl RlqsService {
-    /// A service over `limiter`'s rules, store, clock and metrics. Every
+    /// A service over `sources`' rules, store, clock and metrics. Every
     /// stream ends (OK status, so Envoys reconnect, to this instance or
     /// another) once `draining` is cancelled: streams live as long as their
     /// Envoy, and shutdown must not wait for them.
-    pub fn new(
-        limiter: Arc<Limiter<StoreKind>>,
-        options: RlqsOptions,
-        draining: CancellationToken,
-    ) -> Self {
+    pub fn new(sources: Sources, options: RlqsOptions, draining: CancellationToken) -> Self {
         Self {
             inner: Arc::new(Shared {
-                limiter,
+                sources,
                 options,
                 names: RandomState::new(),
                 streams: AtomicU64::new(0),
@@ -110,7 +123,7 @@ struct OpenStream {
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        let metrics = &self.shared.limiter.metrics().rlqs;
+        let metrics = &self.shared.sources.metrics.rlqs;
         metrics.add_streams(-1);
         metrics.add_buckets(-i64::try_from(self.state.len()).unwrap_or(0));
         let granted: i64 = self.state.pushed().map(micro_rate).sum();
@@ -130,7 +143,7 @@ impl Shared {
         stream: &mut OpenStream,
         report: RateLimitQuotaUsageReports,
     ) -> Result<Vec<BucketAction>, tonic::Status> {
-        let metrics = &self.limiter.metrics().rlqs;
+        let metrics = &self.sources.metrics.rlqs;
         let options = &self.options;
         let domain = match stream
             .state
@@ -142,8 +155,8 @@ impl Shared {
                 return Err(tonic::Status::invalid_argument(err.to_string()));
             }
         };
-        let index = self.limiter.rules().load_full();
-        let now = self.limiter.clock().now();
+        let index = self.sources.rules.load_full();
+        let now = self.sources.clock.now();
         let ttl = options.ttl();
         metrics.record_reports(report.bucket_quota_usages.len() as u64);
 
@@ -231,8 +244,8 @@ impl Shared {
             return Ok(actions);
         }
         let grants = match self
-            .limiter
-            .store()
+            .sources
+            .store
             .report_demand(&stream.member, &reports, now, options.stale_after())
             .await
         {
@@ -327,7 +340,7 @@ impl RateLimitQuotaService for RlqsService {
                 format!("stream:{:016x}", shared.names.hash_one(n))
             }
         };
-        shared.limiter.metrics().rlqs.add_streams(1);
+        shared.sources.metrics.rlqs.add_streams(1);
         let stream = OpenStream {
             shared,
             member,

@@ -7,9 +7,8 @@ use super::{
 };
 use crate::algorithm::quota_split::{self as split, Budget, Strategy};
 use crate::clock::UnixMillis;
-use crate::limiter::Limiter;
+use crate::store::StoreError;
 use crate::store::rlqs::{DemandRegistry, Member};
-use crate::store::{StoreError, StoreKind};
 
 /// One member's part of a bucket's split, for the operator view.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -89,13 +88,13 @@ pub struct SplitView {
 ///
 /// [`StoreError`] when the store cannot be read.
 pub async fn explain(
-    limiter: &Limiter<StoreKind>,
+    sources: &super::Sources,
     options: &RlqsOptions,
     domain: &str,
     key: &BucketKey,
 ) -> Result<SplitView, StoreError> {
-    let index = limiter.rules().load_full();
-    let now = limiter.clock().now();
+    let index = sources.rules.load_full();
+    let now = sources.clock.now();
     let mut view = SplitView {
         domain: domain.to_owned(),
         bucket: key.clone(),
@@ -115,8 +114,8 @@ pub async fn explain(
             view.rule = Some(rule);
             view.rate_per_sec = Some(budget.rate_per_sec());
             view.burst = Some(budget.burst);
-            let members = limiter
-                .store()
+            let members = sources
+                .store
                 .members(&id, now, options.stale_after())
                 .await?;
             view.members = members

@@ -146,7 +146,7 @@ pub async fn serve_with_debug(
         )
         .add_service(
             RateLimitQuotaServiceServer::new(crate::rlqs::RlqsService::new(
-                limiter.clone(),
+                rlqs_sources(&limiter),
                 options.rlqs.clone(),
                 draining.clone(),
             ))
@@ -209,8 +209,9 @@ pub async fn serve_with_debug(
     }
     let http = axum::serve(
         listeners.http,
-        http::router(health, limiter.clone(), reloads, options.max_request_bytes)
-            .merge(http::rlqs::router(limiter, options.rlqs.clone())),
+        http::router(health, limiter.clone(), reloads, options.max_request_bytes).merge(
+            http::rlqs::router(rlqs_sources(&limiter), options.rlqs.clone()),
+        ),
     )
     .with_graceful_shutdown(draining.clone().cancelled_owned());
 
@@ -347,5 +348,15 @@ fn spawn_background(
             health.set_store_ready(true).await;
             info!("store ready; serving");
         });
+    }
+}
+
+/// RLQS reads the rules, store, clock and metrics the RLS limiter uses.
+fn rlqs_sources(limiter: &Limiter<StoreKind>) -> crate::rlqs::Sources {
+    crate::rlqs::Sources {
+        rules: limiter.rules().clone(),
+        store: limiter.store().clone(),
+        clock: limiter.clock().clone(),
+        metrics: limiter.metrics().clone(),
     }
 }

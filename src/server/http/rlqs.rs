@@ -4,28 +4,25 @@
 //! bucket that share gives. Reads the rules and the demand registry; counts
 //! nothing.
 
-use crate::limiter::Limiter;
-use crate::rlqs::RlqsOptions;
 use crate::rlqs::state::bucket_key;
-use crate::store::StoreKind;
+use crate::rlqs::{RlqsOptions, Sources};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use std::sync::Arc;
 
 #[derive(Debug, Clone)]
 struct ViewState {
-    limiter: Arc<Limiter<StoreKind>>,
+    sources: Sources,
     options: RlqsOptions,
 }
 
 /// The router of `GET /rlqs`, merged into the HTTP router.
-pub(crate) fn router(limiter: Arc<Limiter<StoreKind>>, options: RlqsOptions) -> Router {
+pub(crate) fn router(sources: Sources, options: RlqsOptions) -> Router {
     Router::new()
         .route("/rlqs", get(view))
-        .with_state(ViewState { limiter, options })
+        .with_state(ViewState { sources, options })
 }
 
 fn bad_request(reason: &str) -> Response {
@@ -72,7 +69,7 @@ async fn view(State(state): State<ViewState>, uri: Uri) -> Response {
         Ok(key) => key,
         Err(err) => return bad_request(&err.to_string()),
     };
-    match crate::rlqs::explain(&state.limiter, &state.options, &domain, &key).await {
+    match crate::rlqs::explain(&state.sources, &state.options, &domain, &key).await {
         Ok(view) => match serde_json::to_vec(&view) {
             Ok(body) => (
                 StatusCode::OK,
