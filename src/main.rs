@@ -13,7 +13,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use floodgate::clock::SystemClock;
 use floodgate::config::xds::XdsClient;
 use floodgate::config::{self, ConfigError, LoadOptions};
-use floodgate::limiter::Limiter;
+use floodgate::limiter::{Limiter, LimiterOptions};
 use floodgate::metrics::Mapper;
 use floodgate::metrics::Metrics;
 use floodgate::otel::{MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
@@ -125,7 +125,15 @@ fn run_explain(args: &ExplainArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(server::explain_offline(index, &args.request)) {
+    // Empty counters (a fresh embedded store), so a rule change can be
+    // checked before it ships: the answer POST /explain gives on a fresh server.
+    let limiter = Limiter::new(
+        Arc::new(arc_swap::ArcSwap::from_pointee(index)),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(SystemClock),
+        LimiterOptions::default(),
+    );
+    match runtime.block_on(server::explain_json(&limiter, args.request.as_bytes())) {
         Ok(json) => {
             println!("{json}");
             ExitCode::SUCCESS

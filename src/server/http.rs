@@ -11,7 +11,7 @@ mod explain;
 mod json;
 mod top;
 
-pub use explain::{ExplainError, explain_offline};
+pub use explain::{ExplainError, explain_json};
 pub(crate) mod rlqs;
 
 use super::health::Health;

@@ -23,7 +23,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::Rate
 use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
-pub use http::{ExplainError, explain_offline};
+pub use http::{ExplainError, explain_json};
 pub use options::{Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use std::pin::Pin;
 use std::sync::Arc;

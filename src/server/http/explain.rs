@@ -5,20 +5,15 @@
 
 use super::json::{JsonError, JsonRequest, JsonStatus, code_name, duration_text};
 use super::{AppState, bad_request};
-use crate::clock::SystemClock;
-use crate::config::{Algorithm, Index, StepMatch};
+use crate::config::{Algorithm, StepMatch};
 use crate::descriptor::{Request, Unit};
-use crate::limiter::{
-    Explained, Explanation, LimitError, Limiter, LimiterOptions, Step, Verdict, WindowState,
-};
-use crate::store::{MemoryStore, StoreKind};
-use arc_swap::ArcSwap;
+use crate::limiter::{Explained, Explanation, LimitError, Limiter, Step, Verdict, WindowState};
+use crate::store::StoreKind;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use serde::Serialize;
-use std::sync::Arc;
 
 /// The answer of `/explain` in JSON (lowerCamelCase).
 #[derive(Debug, Serialize)]
@@ -160,29 +155,20 @@ fn parse(body: &[u8]) -> Result<Request, JsonError> {
         .and_then(JsonRequest::into_request)
 }
 
-/// Explains `body` with `limiter`, as JSON text.
-async fn explain_json(limiter: &Limiter<StoreKind>, body: &[u8]) -> Result<String, ExplainError> {
-    let request = parse(body).map_err(|err| ExplainError::Request(Box::new(err)))?;
-    let explanation = limiter.explain(&request).await?;
-    Ok(serde_json::to_string(&JsonExplanation::from(explanation))?)
-}
-
-/// `floodgate explain`: explains `body` (a `POST /json` body) against
-/// `index` with empty counters (a fresh embedded store), so a rule change can
-/// be checked before it ships. Returns the JSON `POST /explain` would
-/// answer on a fresh server.
+/// Explains `body` (a `POST /json` body) with `limiter`, as the JSON text
+/// `POST /explain` answers (`floodgate explain` prints it too).
 ///
 /// # Errors
 ///
-/// [`ExplainError`] for a body that is not a valid request.
-pub async fn explain_offline(index: Index, body: &str) -> Result<String, ExplainError> {
-    let limiter = Limiter::new(
-        Arc::new(ArcSwap::from_pointee(index)),
-        StoreKind::Memory(MemoryStore::new()),
-        Arc::new(SystemClock),
-        LimiterOptions::default(),
-    );
-    explain_json(&limiter, body.as_bytes()).await
+/// [`ExplainError`] for a body that is not a valid request, or a store that
+/// cannot be read.
+pub async fn explain_json(
+    limiter: &Limiter<StoreKind>,
+    body: &[u8],
+) -> Result<String, ExplainError> {
+    let request = parse(body).map_err(|err| ExplainError::Request(Box::new(err)))?;
+    let explanation = limiter.explain(&request).await?;
+    Ok(serde_json::to_string(&JsonExplanation::from(explanation))?)
 }
 
 /// `POST /explain`: 200 with the explanation, 400 for a bad request, 503
