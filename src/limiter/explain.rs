@@ -5,10 +5,10 @@
 //! counter, no metric, no top list.
 
 use super::Limiter;
+use super::answer::{Code, Status};
 use super::error::LimitError;
 use super::pick::{Overall, pick};
 use super::plan::{Pending, Plan, apply_replaces, counter_id, is_candidate, single_spec, specs};
-use super::response::{Code, Status};
 use crate::config::{Limit, Lookup, Policy, StepMatch};
 use crate::descriptor::Request;
 use crate::store::{Batch, Op, Store};

@@ -7,6 +7,7 @@
 //! reads the rule index exactly once and the clock exactly once, and sends the
 //! store one batch.
 
+mod answer;
 mod error;
 mod explain;
 mod local_cache;
@@ -19,10 +20,10 @@ mod response;
 #[cfg(test)]
 mod tests;
 
+pub use answer::{Code, CurrentLimit, HeaderNames, Response, Status};
 pub use error::LimitError;
 pub use explain::{Explained, Explanation, Step, Verdict, WindowState};
 pub use options::{FailureMode, LimiterOptions, RequestBounds};
-pub use response::{Code, CurrentLimit, HeaderNames, Response, Status};
 
 use crate::algorithm::Spec;
 use crate::clock::Clock;

@@ -2,7 +2,7 @@
 //! against before anything is counted.
 
 use super::LimitError;
-use super::response::HeaderNames;
+use super::answer::HeaderNames;
 use crate::descriptor::Request;
 
 /// Bounds on request size, so one caller cannot make the service do

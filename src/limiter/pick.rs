@@ -4,8 +4,8 @@
 //! enforced one; their would-be denials are tallied apart. Shared by the
 //! decision (`response`) and `/explain`, so both pick alike.
 
+use super::answer::{Code, Status, current_limit};
 use super::plan::{Pending, failure_outcome};
-use super::response::{Code, Status, current_limit};
 use crate::algorithm::Outcome;
 use crate::config::Limit;
 
