@@ -14,6 +14,7 @@
 //! next time it is seen, so under memory pressure the coldest callers may
 //! be admitted more than their limit while hot ones keep exact counts.
 
+pub(crate) mod demand;
 mod entry;
 mod snapshot;
 #[cfg(test)]
@@ -89,7 +90,7 @@ struct Inner {
     bytes: AtomicUsize,
     evictions: AtomicU64,
     /// The RLQS demand registry (`store::rlqs`), bounded on its own.
-    demand: crate::store::rlqs::MemoryRegistry,
+    demand: demand::MemoryRegistry,
     snapshot: Option<SnapshotConfig>,
     snapshots: SnapshotCounters,
     /// Each shard's counters as last encoded for a snapshot: a shard that
@@ -146,7 +147,7 @@ impl MemoryStore {
                 max_bytes,
                 bytes: AtomicUsize::new(0),
                 evictions: AtomicU64::new(0),
-                demand: crate::store::rlqs::MemoryRegistry::default(),
+                demand: demand::MemoryRegistry::default(),
                 snapshot,
                 snapshots: SnapshotCounters::default(),
                 images: Mutex::new(vec![Image::default(); SHARDS]),
@@ -538,7 +539,7 @@ impl MemoryStore {
     }
 
     /// The RLQS demand registry of this store.
-    pub(crate) fn demand_registry(&self) -> &crate::store::rlqs::MemoryRegistry {
+    pub(crate) fn demand_registry(&self) -> &demand::MemoryRegistry {
         &self.inner.demand
     }
 
