@@ -36,14 +36,28 @@ mod routed;
 
 pub(super) use cluster::ClusterLanes;
 
+use super::call::{execute_batch, execute_on_node};
 use super::command::{KeysIn, batch_cmd};
-use super::execute::{execute_batch, execute_on_node};
 use super::fault::{Signals, is_unsent};
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, timeout_at};
+
+/// Consecutive requests that go to one lane before the next lane's turn.
+/// Requests that arrive together (one connection's read) are decided one
+/// after the other; on one lane they share a script call, are answered
+/// together and leave in one write. Strict round robin would split them
+/// over every lane, and their answers over as many writes.
+pub(super) const LANE_RUN: usize = 32;
+
+/// The index `0..n` for the next request: round robin over runs of
+/// [`LANE_RUN`] requests.
+pub(super) fn in_runs(next: &AtomicUsize, n: usize) -> usize {
+    next.fetch_add(1, Ordering::Relaxed) / LANE_RUN % n.max(1)
+}
 
 /// Most requests one script call carries; what queues beyond waits for the
 /// next call. Bounds the size of a call and how long one script holds Redis.
@@ -339,7 +353,7 @@ async fn drive(mut target: Target, jobs: mpsc::Receiver<Job>, signals: Arc<Signa
                 Target::Node(node) => node.not_here(&mut batch),
                 Target::Server(_) => deliver(
                     &mut batch,
-                    Err(LaneError::Redis(super::execute::bad_reply(
+                    Err(LaneError::Redis(super::reply::bad_reply(
                         "NOTLOCAL from a standalone server".to_owned(),
                     ))),
                 ),
@@ -410,5 +424,25 @@ fn deliver(batch: &mut Vec<Job>, result: Replies) {
                 job.answer(Err(err.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LANE_RUN, in_runs};
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn requests_take_the_lanes_in_runs() {
+        let next = AtomicUsize::new(0);
+        let picks: Vec<usize> = (0..4 * LANE_RUN).map(|_| in_runs(&next, 2)).collect();
+        let (first, rest) = picks.split_at(LANE_RUN);
+        let (second, rest) = rest.split_at(LANE_RUN);
+        assert!(first.iter().all(|&i| i == 0), "{picks:?}");
+        assert!(second.iter().all(|&i| i == 1), "{picks:?}");
+        assert!(rest.iter().take(LANE_RUN).all(|&i| i == 0), "{picks:?}");
+        // One lane (or none): always the first.
+        let next = AtomicUsize::new(0);
+        assert!((0..100).all(|_| in_runs(&next, 1) == 0 && in_runs(&next, 0) == 0));
     }
 }

@@ -2,7 +2,8 @@
 //! or the master Sentinel names), or a Cluster connection; opening them and
 //! loading the scripts.
 
-use super::coalesce::{ClusterLanes, Lane, Target};
+use super::call::load_scripts;
+use super::coalesce::{ClusterLanes, Lane, Target, in_runs};
 use super::config::{RedisConfig, RedisMode, connection_info, redact};
 use super::dialled::Dialled;
 use super::fault::Signals;
@@ -14,7 +15,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, ConnectionInfo, RedisError, RedisResult};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use tracing::warn;
 
 pub(super) enum Connection {
@@ -27,19 +28,6 @@ pub(super) enum Connection {
 pub(super) struct Cluster {
     pub(super) conn: ClusterConnection,
     pub(super) lanes: ClusterLanes,
-}
-
-/// Consecutive requests that go to one lane before the next lane's turn.
-/// Requests that arrive together (one connection's read) are decided one
-/// after the other; on one lane they share a script call, are answered
-/// together and leave in one write. Strict round robin would split them
-/// over every lane, and their answers over as many writes.
-const LANE_RUN: usize = 32;
-
-/// The index `0..n` for the next request: round robin over runs of
-/// [`LANE_RUN`] requests.
-pub(super) fn in_runs(next: &AtomicUsize, n: usize) -> usize {
-    next.fetch_add(1, Ordering::Relaxed) / LANE_RUN % n.max(1)
 }
 
 impl std::fmt::Debug for Connection {
@@ -269,31 +257,4 @@ pub(super) async fn sentinel_master(config: &RedisConfig) -> Result<Master, Stor
     Err(last_error.unwrap_or(StoreError::Config {
         reason: "sentinel REDIS_URL names no sentinel node",
     }))
-}
-
-pub(super) async fn load_scripts<C: redis::aio::ConnectionLike>(conn: &mut C) -> RedisResult<()> {
-    for script in scripts::all() {
-        script.prepare_invoke().load_async(conn).await?;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{LANE_RUN, in_runs};
-    use std::sync::atomic::AtomicUsize;
-
-    #[test]
-    fn requests_take_the_lanes_in_runs() {
-        let next = AtomicUsize::new(0);
-        let picks: Vec<usize> = (0..4 * LANE_RUN).map(|_| in_runs(&next, 2)).collect();
-        let (first, rest) = picks.split_at(LANE_RUN);
-        let (second, rest) = rest.split_at(LANE_RUN);
-        assert!(first.iter().all(|&i| i == 0), "{picks:?}");
-        assert!(second.iter().all(|&i| i == 1), "{picks:?}");
-        assert!(rest.iter().take(LANE_RUN).all(|&i| i == 0), "{picks:?}");
-        // One lane (or none): always the first.
-        let next = AtomicUsize::new(0);
-        assert!((0..100).all(|_| in_runs(&next, 1) == 0 && in_runs(&next, 0) == 0));
-    }
 }

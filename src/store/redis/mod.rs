@@ -12,6 +12,7 @@
 //!
 //! The store knows counters, windows and limits, never descriptors.
 
+mod call;
 mod coalesce;
 mod command;
 mod config;
@@ -21,6 +22,7 @@ mod execute;
 mod fault;
 mod keys;
 mod peek;
+mod reply;
 mod rlqs;
 mod scripts;
 mod sentinel;
@@ -34,9 +36,10 @@ use arc_swap::ArcSwapOption;
 use coalesce::{LaneError, LaneOp};
 use command::{Undo, algorithm_number};
 use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
-use execute::{bad_reply, outcome, reply_len, take_back};
+use execute::take_back;
 use fault::Signals;
 use keys::Keys;
+use reply::{bad_reply, outcome, reply_len};
 use std::hash::{BuildHasher as _, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

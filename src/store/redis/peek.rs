@@ -5,7 +5,8 @@
 //! would.
 
 use super::command::{algorithm_number, bytes_of};
-use super::execute::{bad_reply, execute, outcome};
+use super::execute::execute;
+use super::reply::{bad_reply, outcome};
 use super::{RedisStore, scripts};
 use crate::algorithm::Outcome;
 use crate::clock::UnixMillis;

@@ -54,7 +54,7 @@ impl RedisStore {
             }
         };
         if replies.len() != reports.len() {
-            return Err(super::execute::bad_reply(format!(
+            return Err(super::reply::bad_reply(format!(
                 "{} demand replies for {} buckets",
                 replies.len(),
                 reports.len()
@@ -68,7 +68,7 @@ impl RedisStore {
                     members: u64::try_from(*members).unwrap_or(0),
                     admitted: *admitted == 1,
                 }),
-                other => Err(super::execute::bad_reply(format!("demand reply {other:?}"))),
+                other => Err(super::reply::bad_reply(format!("demand reply {other:?}"))),
             })
             .collect()
     }

@@ -1,7 +1,7 @@
 //! Unit tests of `redis`.
 
 use super::config::{connection_info, redact};
-use super::execute::integers;
+use super::reply::integers;
 use super::*;
 use crate::algorithm::fixed_window::is_over_limit;
 use crate::algorithm::{FixedWindow, Spec};
@@ -122,7 +122,7 @@ fn unexpected_replies_are_typed_errors_never_fresh_windows() {
 
 #[test]
 fn the_flat_batch_reply_has_the_expected_integers_or_is_a_typed_error() {
-    use super::execute::flat_integers;
+    use super::reply::flat_integers;
     let ints = |v: &[i64]| redis::Value::Array(v.iter().map(|&n| redis::Value::Int(n)).collect());
     assert_eq!(
         flat_integers(&ints(&[0, 1, 7, -1]), 4).unwrap(),

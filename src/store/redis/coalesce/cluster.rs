@@ -185,7 +185,7 @@ impl ClusterLanes {
             },
             self.read_within,
         );
-        let pick = crate::store::redis::connection::in_runs(&self.next, usize::MAX);
+        let pick = super::in_runs(&self.next, usize::MAX);
         let node_of = |op: &LaneOp| {
             let owners = &placement.as_deref()?.owners;
             owners.of(slot_of(hash_tag(&op.cmd)))

@@ -6,9 +6,10 @@
 
 use super::cluster::hash_tag;
 use super::{Job, LaneError, LaneOp, MAX_REQUESTS_PER_CALL, Waiting, batch_of};
+use crate::store::redis::call::execute_batch;
 use crate::store::redis::command::KeysIn;
-use crate::store::redis::execute::{bad_reply, execute_batch};
 use crate::store::redis::fault::Signals;
+use crate::store::redis::reply::bad_reply;
 use futures_util::future::join_all;
 use redis::RedisResult;
 use redis::cluster_async::ClusterConnection;
