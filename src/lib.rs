@@ -1,15 +1,13 @@
 //! floodgate: a global rate-limit decision service speaking Envoy's RLS v3 API.
 //!
-//! Module map, and the only direction imports may flow:
-//!
-//! ```text
-//! main -> server -> limiter -> { config::Index, store, metrics, insight } -> algorithm -> clock
-//! ```
+//! Module map. ARCHITECTURE.md has the layer
+//! rule (which module may import which; `tests/tidy.rs` enforces it), the
+//! request's path, the code map file by file and the invariants.
 //!
 //! - [`descriptor`]: request vocabulary shared by every layer.
 //! - [`config`]: rule files in, validated into a descriptor index, reloaded
 //!   when the rule directory changes; or rules over xDS (`config::xds`, an
-//!   ADS client whose wire types stay inside it).
+//!   ADS client).
 //! - [`limiter`]: the decision, with the reference service's semantics.
 //! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
@@ -18,9 +16,10 @@
 //! - [`insight`]: operator views that never count (top lists by domain).
 //! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
 //!   over OTLP when `TRACING_ENABLED`.
-//! - [`metrics`]: every metric, rendered for Prometheus.
 //! - [`rlqs`]: Envoy's Rate Limit Quota Service over the same rules and
 //!   store: a rule's budget split across the Envoys reporting a bucket.
+//! - [`proto`]: the code generated from `proto/`, once, for every layer
+//!   that speaks proto.
 //! - [`store`]: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
 //! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
@@ -28,10 +27,7 @@
 //! - [`algorithm`]: pure counting math over an injected `now`.
 //! - [`clock`]: the one reader of the system clock; a manual clock for tests.
 //!
-//! Proto types never leave `server`; stores know nothing of descriptors;
-//! algorithms know nothing of I/O. `ARCHITECTURE.md` at the repository root
-//! has the request's path, the code map file by file, the invariants and
-//! where to start for common changes.
+//! Stores know nothing of descriptors; algorithms know nothing of I/O.
 
 pub mod algorithm;
 pub mod clock;
