@@ -12,16 +12,6 @@ pub enum BackendType {
     Redis,
 }
 
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
 /// Flags of `floodgate serve`; every one is optional and falls back to its
 /// environment variable.
 #[derive(Debug, Clone, Default, Args)]

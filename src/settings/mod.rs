@@ -14,9 +14,10 @@ mod stats;
 mod tests;
 mod xds;
 
+pub use crate::telemetry::LogFormat;
 pub use flags::TracingExporterProtocol;
 pub use flags::{
-    BackendType, LogFormat, OnStoreError, RedisType, RlqsArgs, RlqsUnmatched, ServeArgs, StoreArgs,
+    BackendType, OnStoreError, RedisType, RlqsArgs, RlqsUnmatched, ServeArgs, StoreArgs,
 };
 pub use parse::parse_duration;
 use parse::{

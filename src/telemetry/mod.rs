@@ -4,8 +4,17 @@
 
 mod log_bridge;
 
-use crate::settings::LogFormat;
 use tracing_subscriber::EnvFilter;
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
