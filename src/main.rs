@@ -84,9 +84,15 @@ fn command_line() -> Vec<std::ffi::OsString> {
         .first()
         .and_then(|arg0| std::path::Path::new(arg0).file_name())
         .is_some_and(|name| name == "ratelimit");
-    let has_subcommand = args
-        .get(1)
-        .is_some_and(|a| a == "serve" || a == "check-config" || a == "help");
+    // Every subcommand clap knows (and `help`, and the top-level help and
+    // version flags), so `ratelimit explain ...` explains and a subcommand
+    // added later needs no change here.
+    let has_subcommand = args.get(1).is_some_and(|arg| {
+        ["help", "--help", "-h", "--version", "-V"].contains(&arg.to_str().unwrap_or_default())
+            || <Cli as clap::CommandFactory>::command()
+                .get_subcommands()
+                .any(|sub| arg == sub.get_name())
+    });
     if as_reference && !has_subcommand {
         args.insert(1.min(args.len()), "serve".into());
     }

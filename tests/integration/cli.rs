@@ -251,3 +251,42 @@ fn a_first_start_without_statsd_says_what_to_set_and_warns_nothing() {
         "one line says what to set: {stderr}"
     );
 }
+
+/// Run as `ratelimit` (Envoy Gateway's `/bin/ratelimit`), the binary serves
+/// without a subcommand, and every subcommand still runs as itself: the
+/// rewrite used to know only `serve`, `check-config` and `help`, so
+/// `ratelimit explain ...` served.
+#[test]
+fn run_as_ratelimit_every_subcommand_runs_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("ratelimit");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_floodgate"), &link).unwrap();
+    let out = Command::new(&link)
+        .args(["explain", "--config-dir"])
+        .arg(repo("examples/config"))
+        .arg(
+            r#"{"domain":"rl","descriptors":[{"entries":[{"key":"category","value":"account"}]}]}"#,
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"overallCode\""), "{stdout}");
+    let out = Command::new(&link)
+        .arg("check-config")
+        .arg(repo("examples/config"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("domain 'rl'"), "{stdout}");
+    let out = Command::new(&link).arg("--version").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("floodgate "),
+        "{out:?}"
+    );
+}
