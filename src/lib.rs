@@ -29,6 +29,10 @@
 //!
 //! Stores know nothing of descriptors; algorithms know nothing of I/O.
 
+// No index that can panic on a request path: indexes and slices go through
+// `get` or iterators (unit tests may index).
+#![cfg_attr(not(test), warn(clippy::indexing_slicing))]
+
 pub mod algorithm;
 pub mod clock;
 pub mod config;

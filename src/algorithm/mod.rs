@@ -44,7 +44,8 @@ impl Limits {
 
     /// The pairs, in rule order.
     pub fn as_slice(&self) -> &[(u64, u64)] {
-        &self.items[..usize::from(self.len)]
+        // `len` never exceeds the capacity (`new` stops there).
+        self.items.get(..usize::from(self.len)).unwrap_or_default()
     }
 
     /// Longest window (0 when empty).

@@ -215,7 +215,9 @@ impl<S: Store> Limiter<S> {
             match result {
                 Ok(results) => {
                     for (&s, outcome) in sent.iter().zip(results) {
-                        slots[s].outcome = Some(outcome);
+                        if let Some(slot) = slots.get_mut(s) {
+                            slot.outcome = Some(outcome);
+                        }
                     }
                     if let Some(cache) = &self.local_cache {
                         for (&s, (id, spec, hits)) in sent.iter().zip(&cached_ids) {
@@ -225,8 +227,9 @@ impl<S: Store> Limiter<S> {
                             // nothing (stop-increment) leaves the counter
                             // below the limit, so later smaller requests
                             // must still be asked.
-                            if slots[s]
-                                .outcome
+                            if slots
+                                .get(s)
+                                .and_then(|slot| slot.outcome)
                                 .is_some_and(|o| o.over_limit && (o.counted || *hits == 0))
                             {
                                 cache.insert(id, *spec, now);
@@ -253,9 +256,14 @@ impl<S: Store> Limiter<S> {
                     };
                     self.metrics.record_store_error(true);
                     for &s in &sent {
-                        if let Plan::Limited { limits, .. } = &plans[slots[s].plan] {
-                            let limit = &limits[slots[s].base.min(limits.len().saturating_sub(1))];
-                            slots[s].outcome = Some(failure_outcome(limit, over));
+                        let Some(slot) = slots.get_mut(s) else {
+                            continue;
+                        };
+                        if let Some(Plan::Limited { limits, .. }) = plans.get(slot.plan) {
+                            // The slot's base limit, or the last one.
+                            if let Some(limit) = limits.get(slot.base).or(limits.last()) {
+                                slot.outcome = Some(failure_outcome(limit, over));
+                            }
                         }
                     }
                 }

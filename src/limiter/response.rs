@@ -100,17 +100,17 @@ pub(super) fn limit_headers(
     plans: &[Plan<'_>],
     statuses: &[Status],
 ) -> Vec<(Arc<str>, String)> {
-    let mut chosen: Option<usize> = None;
-    for (i, status) in statuses.iter().enumerate() {
+    let mut chosen: Option<&Status> = None;
+    for status in statuses {
         if status.current_limit.is_none() {
             continue;
         }
-        let smaller = chosen.is_none_or(|c| status.limit_remaining < statuses[c].limit_remaining);
+        let smaller = chosen.is_none_or(|c| status.limit_remaining < c.limit_remaining);
         if smaller {
-            chosen = Some(i);
+            chosen = Some(status);
         }
     }
-    for (i, (status, plan)) in statuses.iter().zip(plans).enumerate() {
+    for (status, plan) in statuses.iter().zip(plans) {
         let quota = matches!(
             plan,
             Plan::Limited {
@@ -119,13 +119,12 @@ pub(super) fn limit_headers(
             }
         );
         if status.code == Code::OverLimit && !quota {
-            chosen = Some(i);
+            chosen = Some(status);
         }
     }
-    let Some(i) = chosen else {
+    let Some(status) = chosen else {
         return Vec::new();
     };
-    let status = &statuses[i];
     let limit = status
         .current_limit
         .as_ref()

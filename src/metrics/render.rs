@@ -11,8 +11,8 @@ impl Metrics {
     pub fn render(&self, reloads: Option<&ReloadStats>) -> String {
         let mut out = String::with_capacity(4_096);
         let rules = self.rules.read();
-        let mut keys: Vec<&String> = rules.keys().collect();
-        keys.sort();
+        let mut keys: Vec<_> = rules.iter().collect();
+        keys.sort_by_key(|(key, _)| *key);
         type Stat = fn(&RuleCounters) -> &AtomicU64;
         let stats: [(&str, Stat); 6] = [
             ("total_hits", |c| &c.total_hits),
@@ -30,14 +30,14 @@ impl Metrics {
                 out,
                 "# HELP {name} Hits per rule: {stat} (reference stat ratelimit.service.rate_limit.<key>.{stat}).\n# TYPE {name} counter"
             );
-            for key in &keys {
+            for (key, counters) in &keys {
                 let (domain, rest) = key.split_once('.').unwrap_or((key.as_str(), ""));
                 let _ = writeln!(
                     out,
                     "{name}{{domain=\"{}\",key=\"{}\"}} {}",
                     escape(domain),
                     escape(rest),
-                    get(&rules[*key]).load(Ordering::Relaxed)
+                    get(counters).load(Ordering::Relaxed)
                 );
             }
         }
@@ -48,10 +48,10 @@ impl Metrics {
             "# HELP {name} Answers to ShouldRateLimit per domain the rules define, by overall code.\n# TYPE {name} counter"
         );
         let decisions = self.decisions.read();
-        let mut names: Vec<&String> = decisions.keys().collect();
-        names.sort();
-        for domain in names {
-            for (code, count) in ["OK", "OVER_LIMIT"].iter().zip(&decisions[domain]) {
+        let mut names: Vec<_> = decisions.iter().collect();
+        names.sort_by_key(|(domain, _)| *domain);
+        for (domain, counts) in names {
+            for (code, count) in ["OK", "OVER_LIMIT"].iter().zip(counts) {
                 let _ = writeln!(
                     out,
                     "{name}{{domain=\"{}\",code=\"{code}\"}} {}",
@@ -67,14 +67,14 @@ impl Metrics {
             "# HELP {name} Requests for a domain no rule file defines.\n# TYPE {name} counter"
         );
         let domains = self.domains_not_found.read();
-        let mut names: Vec<&String> = domains.keys().collect();
-        names.sort();
-        for domain in names {
+        let mut names: Vec<_> = domains.iter().collect();
+        names.sort_by_key(|(domain, _)| *domain);
+        for (domain, count) in names {
             let _ = writeln!(
                 out,
                 "{name}{{domain=\"{}\"}} {}",
                 escape(domain),
-                domains[domain].load(Ordering::Relaxed)
+                count.load(Ordering::Relaxed)
             );
         }
         drop(domains);

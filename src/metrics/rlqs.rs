@@ -80,7 +80,9 @@ impl RlqsMetrics {
 
     /// One assignment was pushed.
     pub fn record_pushed(&self, pushed: Pushed) {
-        self.pushed[pushed as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(count) = self.pushed.get(pushed as usize) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// One bucket was abandoned.
@@ -90,7 +92,9 @@ impl RlqsMetrics {
 
     /// Input was refused.
     pub fn record_refused(&self, refusal: Refusal) {
-        self.refused[refusal as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(count) = self.refused.get(refusal as usize) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A report's store round trip failed.
@@ -167,7 +171,9 @@ impl RlqsMetrics {
                 out,
                 "{name}{{reason=\"{}\"}} {}",
                 refusal.as_str(),
-                self.refused[refusal as usize].load(Ordering::Relaxed)
+                self.refused
+                    .get(refusal as usize)
+                    .map_or(0, |c| c.load(Ordering::Relaxed))
             );
         }
         counter(

@@ -83,7 +83,7 @@ pub struct MemoryStore {
 #[derive(Debug)]
 struct Inner {
     hasher: RandomState,
-    shards: Box<[Shard]>,
+    shards: Box<[Shard; SHARDS]>,
     /// Budget of each shard.
     shard_budget: usize,
     max_bytes: usize,
@@ -130,15 +130,13 @@ impl MemoryStore {
     /// read it back with [`MemoryStore::load_snapshot`]).
     pub fn with_snapshot(max_bytes: usize, snapshot: Option<SnapshotConfig>) -> Self {
         let hasher = RandomState::new();
-        let shards = (0..SHARDS)
-            .map(|_| {
-                Mutex::new(ShardMap {
-                    map: LruCache::unbounded_with_hasher(hasher.clone()),
-                    bytes: 0,
-                    dirty: true,
-                })
+        let shards = Box::new(std::array::from_fn(|_| {
+            Mutex::new(ShardMap {
+                map: LruCache::unbounded_with_hasher(hasher.clone()),
+                bytes: 0,
+                dirty: true,
             })
-            .collect();
+        }));
         Self {
             inner: Arc::new(Inner {
                 hasher,
@@ -203,6 +201,7 @@ impl MemoryStore {
         // SHARDS is a power of two, so masking picks a uniform shard; the
         // masked value is < SHARDS and always fits in usize.
         let index = usize::try_from(hash & (SHARDS as u64 - 1)).unwrap_or(0);
+        #[allow(clippy::indexing_slicing)] // masked below SHARDS, the array's length
         &self.inner.shards[index]
     }
 
@@ -344,7 +343,7 @@ impl MemoryStore {
     pub fn sweep(&self, now: UnixMillis) -> usize {
         let mut removed = 0;
         let mut ended: Vec<EntryKey> = Vec::new();
-        for shard in &self.inner.shards {
+        for shard in self.inner.shards.iter() {
             let mut shard = shard.lock();
             ended.extend(
                 shard

@@ -21,12 +21,20 @@ pub(super) async fn take_back(
     outcomes: &mut [Outcome],
     now: UnixMillis,
 ) -> RedisResult<()> {
-    let undo: Vec<usize> = (0..ops.len())
-        .filter(|&i| outcomes[i].counted && ops[i].hits > 0 && undos[i].is_some())
+    // The operations to undo: counted, with hits, and undoable.
+    let undo: Vec<(usize, &Undo)> = ops
+        .iter()
+        .zip(outcomes.iter())
+        .zip(undos)
+        .enumerate()
+        .filter_map(|(i, ((op, outcome), undo))| {
+            let undo = undo.as_ref()?;
+            (outcome.counted && op.hits > 0).then_some((i, undo))
+        })
         .collect();
     let cmds: Vec<redis::Cmd> = undo
         .iter()
-        .filter_map(|&i| undos[i].as_ref())
+        .map(|&(_, undo)| undo)
         .map(|undo| {
             let mut cmd = redis::cmd("EVALSHA");
             match undo {
@@ -52,8 +60,10 @@ pub(super) async fn take_back(
         return Ok(());
     }
     execute(connection, cmds).await?;
-    for &i in &undo {
-        outcomes[i] = crate::store::taken_back(&ops[i], outcomes[i], now);
+    for &(i, _) in &undo {
+        if let (Some(op), Some(outcome)) = (ops.get(i), outcomes.get_mut(i)) {
+            *outcome = crate::store::taken_back(op, *outcome, now);
+        }
     }
     Ok(())
 }
@@ -88,7 +98,9 @@ pub(super) async fn execute(
                 }
                 let retried: Vec<redis::Value> = again.query_async(&mut conn).await?;
                 for (i, value) in missing.into_iter().zip(retried) {
-                    values[i] = value;
+                    if let Some(slot) = values.get_mut(i) {
+                        *slot = value;
+                    }
                 }
             }
             values
@@ -96,11 +108,9 @@ pub(super) async fn execute(
         Connection::Cluster(cluster) => {
             let cmds = &cmds;
             let cluster = &cluster.conn;
-            let run = |i: usize| {
-                let mut conn = cluster.clone();
-                async move { cmds[i].query_async::<redis::Value>(&mut conn).await }
-            };
-            let mut results = futures_util::future::join_all((0..cmds.len()).map(run)).await;
+            let mut results =
+                futures_util::future::join_all(cmds.iter().map(|cmd| query(cluster.clone(), cmd)))
+                    .await;
             let missing: Vec<usize> = results
                 .iter()
                 .enumerate()
@@ -109,9 +119,15 @@ pub(super) async fn execute(
                 .collect();
             if !missing.is_empty() {
                 load_scripts(&mut cluster.clone()).await?;
-                let retried = futures_util::future::join_all(missing.iter().map(|&i| run(i))).await;
+                let again = missing
+                    .iter()
+                    .filter_map(|&i| cmds.get(i))
+                    .map(|cmd| query(cluster.clone(), cmd));
+                let retried = futures_util::future::join_all(again).await;
                 for (i, result) in missing.into_iter().zip(retried) {
-                    results[i] = result;
+                    if let Some(slot) = results.get_mut(i) {
+                        *slot = result;
+                    }
                 }
             }
             return results
@@ -127,4 +143,12 @@ pub(super) async fn execute(
             value => integers(&value),
         })
         .collect()
+}
+
+/// One command on a clone of the cluster connection (routed by its key).
+async fn query(
+    mut conn: redis::cluster_async::ClusterConnection,
+    cmd: &redis::Cmd,
+) -> RedisResult<redis::Value> {
+    cmd.query_async(&mut conn).await
 }
