@@ -28,7 +28,7 @@ use crate::descriptor::Entry;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Arc;
 
 /// Counters per summary.
@@ -224,32 +224,11 @@ pub struct TopRecorder {
     adding: Mutex<()>,
 }
 
-type Domains = HashMap<Box<str>, Arc<Mutex<DomainTop>>, BuildHasherDefault<Fnv>>;
-
 /// FNV-1a for the domain map, looked up on every request: domains are at
 /// most [`MAX_DOMAINS`] names from rule files, so a caller's domain probes
 /// at most that many entries whatever it hashes to, and no keyed (slower)
 /// hash is needed there.
-#[derive(Debug, Clone, Copy)]
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
+type Domains = HashMap<Box<str>, Arc<Mutex<DomainTop>>, fnv::FnvBuildHasher>;
 
 impl Default for TopRecorder {
     fn default() -> Self {

@@ -2,7 +2,6 @@
 //! maximum, optionally spread at random so a fleet of instances does not
 //! reconnect in step.
 
-use std::hash::BuildHasher as _;
 use std::time::Duration;
 
 /// Reconnect backoff after a broken stream (`XDS_CLIENT_BACKOFF_*`).
@@ -52,13 +51,9 @@ impl Backoff {
     }
 }
 
-/// A random number in `[0, 1)`. Seeded per call by the standard library's
-/// hasher keys: plenty for spreading reconnects, no dependency.
+/// A random number in `[0, 1)`, to spread reconnects.
 pub(super) fn random_unit() -> f64 {
-    let bits = std::collections::hash_map::RandomState::new().hash_one(0u8) >> 11;
-    #[allow(clippy::cast_precision_loss)] // 53 bits fit a double exactly
-    let unit = bits as f64 / (1u64 << 53) as f64;
-    unit
+    rand::random::<f64>()
 }
 
 #[cfg(test)]

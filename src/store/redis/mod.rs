@@ -61,10 +61,11 @@ struct Inner {
     connection: ArcSwapOption<Connection>,
     /// Wakes requests waiting for the first connection.
     connected: tokio::sync::Notify,
-    jitter_seed: RandomState,
-    jitter_counter: AtomicU64,
     /// The lanes' redial signal and call counters.
     signals: Arc<Signals>,
+    /// Sliding-log members: a per-process random key over a counter.
+    nonce_seed: RandomState,
+    nonce_counter: AtomicU64,
 }
 
 /// Backoff bounds for (re)connecting at start.
@@ -90,9 +91,9 @@ impl RedisStore {
                 keys,
                 connection: ArcSwapOption::empty(),
                 connected: tokio::sync::Notify::new(),
-                jitter_seed: RandomState::new(),
-                jitter_counter: AtomicU64::new(0),
                 signals,
+                nonce_seed: RandomState::new(),
+                nonce_counter: AtomicU64::new(0),
             }),
         }
     }
@@ -276,16 +277,15 @@ impl RedisStore {
         let jitter = if max == 0 {
             0
         } else {
-            let n = self.inner.jitter_counter.fetch_add(1, Ordering::Relaxed);
-            self.inner.jitter_seed.hash_one(n) % max
+            rand::random_range(0..max)
         };
         window_secs.saturating_add(jitter)
     }
 
     /// A value unique to this call, for sliding-log members.
     fn nonce(&self) -> u64 {
-        let n = self.inner.jitter_counter.fetch_add(1, Ordering::Relaxed);
-        self.inner.jitter_seed.hash_one((n, "nonce"))
+        let n = self.inner.nonce_counter.fetch_add(1, Ordering::Relaxed);
+        self.inner.nonce_seed.hash_one((n, "nonce"))
     }
 
     async fn run(
