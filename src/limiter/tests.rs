@@ -9,6 +9,7 @@ use crate::store::{MemoryStore, StoreKind};
 mod bounds;
 mod candidates;
 mod explain_predicts;
+mod store_failure;
 
 const RULES: &str = r"
 domain: d
