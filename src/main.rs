@@ -46,6 +46,17 @@ enum Command {
     /// Explain a request (a POST /json body) against the rules in DIR, with
     /// empty counters; prints what POST /explain would answer.
     Explain(ExplainArgs),
+    /// Print the settings reference (docs/settings.md's table), generated
+    /// from the settings' declarations; with --write, put it in FILE.
+    #[command(hide = true)]
+    SettingsDoc(SettingsDocArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SettingsDocArgs {
+    /// Replace the generated table in FILE (between its markers).
+    #[arg(long, value_name = "FILE")]
+    write: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -106,6 +117,32 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(&args, &env),
         Command::CheckConfig(args) => run_check_config(&args),
         Command::Explain(args) => run_explain(&args),
+        Command::SettingsDoc(args) => run_settings_doc(&args),
+    }
+}
+
+fn run_settings_doc(args: &SettingsDocArgs) -> ExitCode {
+    let generated = floodgate::settings::reference::markdown();
+    let Some(path) = &args.write else {
+        print!("{generated}");
+        return ExitCode::SUCCESS;
+    };
+    let written = std::fs::read_to_string(path)
+        .map_err(|err| format!("cannot read {}: {err}", path.display()))
+        .and_then(|document| {
+            floodgate::settings::reference::replace(&document, &generated)
+                .ok_or_else(|| format!("{} has no generated-table markers", path.display()))
+        })
+        .and_then(|document| {
+            std::fs::write(path, document)
+                .map_err(|err| format!("cannot write {}: {err}", path.display()))
+        });
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -206,11 +243,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(err) = telemetry::init(
-        &settings.log_level,
-        env.get("RUST_LOG").map(String::as_str),
-        settings.log_format,
-    ) {
+    if let Err(err) = telemetry::init(&settings.log_level, settings.log_format) {
         eprintln!("error: {}", error_chain(&err));
         return ExitCode::FAILURE;
     }

@@ -9,9 +9,11 @@ mod flags;
 mod otlp;
 mod parse;
 mod redis;
+pub mod reference;
 mod stats;
 #[cfg(test)]
 mod tests;
+pub(crate) mod vars;
 mod xds;
 
 pub use crate::telemetry::LogFormat;
@@ -74,26 +76,26 @@ pub struct Settings {
     pub serve: ServeOptions,
     /// Redis settings, when the store is Redis.
     pub redis: Option<RedisSettings>,
-    /// Separate metrics listener (`USE_PROMETHEUS`).
+    /// Separate metrics listener (`use_prometheus`).
     pub metrics_addr: Option<SocketAddr>,
-    /// Byte budget of the embedded store (`MEMORY_STORE_MAX_BYTES`).
+    /// Byte budget of the embedded store (`memory_store_max_bytes`).
     pub memory_store_max_bytes: usize,
-    /// The embedded store's snapshot (`MEMORY_STORE_SNAPSHOT_PATH`,
-    /// `MEMORY_STORE_SNAPSHOT_INTERVAL`); `None`: counters start empty.
+    /// The embedded store's snapshot (`memory_store_snapshot_path`,
+    /// `memory_store_snapshot_interval`); `None`: counters start empty.
     pub memory_store_snapshot: Option<crate::store::memory::SnapshotConfig>,
-    /// `NEAR_LIMIT_RATIO`.
+    /// `near_limit_ratio`.
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
     pub metrics_max_series: usize,
     /// Stats sinks (statsd, the Prometheus mapping) and the debug listener.
     pub stats: StatsSettings,
-    /// Rules from an xDS server (`CONFIG_TYPE=GRPC_XDS_SOTW`) instead of the
+    /// Rules from an xDS server (`config_type=GRPC_XDS_SOTW`) instead of the
     /// rule directory; `None` for rule files.
     pub xds: Option<crate::config::xds::XdsOptions>,
-    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`: with xDS, serve before the
+    /// `force_start_without_initial_config`: with xDS, serve before the
     /// first rules arrive instead of waiting for them.
     pub force_start_without_initial_config: bool,
-    /// `TRACING_ENABLED`: where and how spans are exported; `None` when off.
+    /// `tracing_enabled`: where and how spans are exported; `None` when off.
     pub tracing: Option<crate::otel::TracingSettings>,
 }
 
@@ -114,7 +116,7 @@ pub enum SettingsError {
     #[error("{reason}")]
     Conflict {
         /// Which, and what to do.
-        reason: &'static str,
+        reason: String,
     },
     /// A setting's value is refused.
     #[error("{setting}: {reason}")]
@@ -130,7 +132,7 @@ pub enum SettingsError {
         /// The setting that is on.
         setting: &'static str,
         /// What it needs.
-        needs: &'static str,
+        needs: String,
     },
 }
 
@@ -150,34 +152,39 @@ impl Settings {
         };
         let grpc_addr = match args.grpc_addr {
             Some(addr) => addr,
-            None => addr_from_env(&get, "GRPC_HOST", "GRPC_PORT", DEFAULT_GRPC_PORT)?,
+            None => addr_from_env(
+                &get,
+                vars::grpc_host.name,
+                vars::grpc_port.name,
+                DEFAULT_GRPC_PORT,
+            )?,
         };
         let http_addr = match args.http_addr {
             Some(addr) => addr,
-            None => addr_from_env(&get, "HOST", "PORT", DEFAULT_HTTP_PORT)?,
+            None => addr_from_env(&get, vars::host.name, vars::port.name, DEFAULT_HTTP_PORT)?,
         };
-        let default_store = if get("REDIS_URL").is_some() {
+        let default_store = if get(vars::redis_url.name).is_some() {
             BackendType::Redis
         } else {
             BackendType::Memory
         };
         let store = choice(
             args.store,
-            get("BACKEND_TYPE"),
-            "BACKEND_TYPE",
+            get(vars::backend_type.name),
+            vars::backend_type.name,
             "memory or redis",
             default_store,
         )?;
         let log_format = choice(
             args.log_format,
-            get("LOG_FORMAT"),
-            "LOG_FORMAT",
+            get(vars::log_format.name),
+            vars::log_format.name,
             "text or json",
             LogFormat::Text,
         )?;
         let response_headers = if flag(
             args.limit_response_headers,
-            "LIMIT_RESPONSE_HEADERS_ENABLED",
+            vars::limit_response_headers_enabled.name,
         )? {
             let defaults = HeaderNames::default();
             let name = |arg: &Option<String>, var: &str, default: Arc<str>| {
@@ -188,17 +195,17 @@ impl Settings {
             Some(HeaderNames {
                 limit: name(
                     &args.limit_limit_header,
-                    "LIMIT_LIMIT_HEADER",
+                    vars::limit_limit_header.name,
                     defaults.limit,
                 ),
                 remaining: name(
                     &args.limit_remaining_header,
-                    "LIMIT_REMAINING_HEADER",
+                    vars::limit_remaining_header.name,
                     defaults.remaining,
                 ),
                 reset: name(
                     &args.limit_reset_header,
-                    "LIMIT_RESET_HEADER",
+                    vars::limit_reset_header.name,
                     defaults.reset,
                 ),
             })
@@ -209,63 +216,70 @@ impl Settings {
         let bounds = RequestBounds {
             max_descriptors: number(
                 args.max_descriptors,
-                get("MAX_DESCRIPTORS"),
-                "MAX_DESCRIPTORS",
+                get(vars::max_descriptors.name),
+                vars::max_descriptors.name,
                 defaults.max_descriptors,
             )?,
             max_entries: number(
                 args.max_entries,
-                get("MAX_DESCRIPTOR_ENTRIES"),
-                "MAX_DESCRIPTOR_ENTRIES",
+                get(vars::max_descriptor_entries.name),
+                vars::max_descriptor_entries.name,
                 defaults.max_entries,
             )?,
             max_entry_bytes: number(
                 args.max_entry_bytes,
-                get("MAX_ENTRY_BYTES"),
-                "MAX_ENTRY_BYTES",
+                get(vars::max_entry_bytes.name),
+                vars::max_entry_bytes.name,
                 defaults.max_entry_bytes,
             )?,
             max_domain_bytes: number(
                 args.max_domain_bytes,
-                get("MAX_DOMAIN_BYTES"),
-                "MAX_DOMAIN_BYTES",
+                get(vars::max_domain_bytes.name),
+                vars::max_domain_bytes.name,
                 defaults.max_domain_bytes,
             )?,
             max_hits_addend: number(
                 args.max_hits_addend,
-                get("MAX_HITS_ADDEND"),
-                "MAX_HITS_ADDEND",
+                get(vars::max_hits_addend.name),
+                vars::max_hits_addend.name,
                 defaults.max_hits_addend,
             )?,
         };
         let max_request_bytes = number(
             args.max_request_bytes,
-            get("MAX_REQUEST_BYTES"),
-            "MAX_REQUEST_BYTES",
+            get(vars::max_request_bytes.name),
+            vars::max_request_bytes.name,
             ServeOptions::default().max_request_bytes,
         )?;
-        let tls = if flag(args.grpc_server_use_tls, "GRPC_SERVER_USE_TLS")? {
+        let tls = if flag(args.grpc_server_use_tls, vars::grpc_server_use_tls.name)? {
             let path = |arg: &Option<PathBuf>, var: &str| {
                 arg.clone().or_else(|| get(var).map(PathBuf::from))
             };
             let (Some(cert), Some(key)) = (
-                path(&args.grpc_server_tls_cert, "GRPC_SERVER_TLS_CERT"),
-                path(&args.grpc_server_tls_key, "GRPC_SERVER_TLS_KEY"),
+                path(&args.grpc_server_tls_cert, vars::grpc_server_tls_cert.name),
+                path(&args.grpc_server_tls_key, vars::grpc_server_tls_key.name),
             ) else {
                 return Err(SettingsError::Missing {
-                    setting: "GRPC_SERVER_USE_TLS",
-                    needs: "GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+                    setting: vars::grpc_server_use_tls.name,
+                    needs: format!(
+                        "{} and {}",
+                        vars::grpc_server_tls_cert.name,
+                        vars::grpc_server_tls_key.name
+                    ),
                 });
             };
-            let client_ca = path(&args.grpc_client_tls_cacert, "GRPC_CLIENT_TLS_CACERT");
+            let client_ca = path(
+                &args.grpc_client_tls_cacert,
+                vars::grpc_client_tls_cacert.name,
+            );
             let client_san = args
                 .grpc_client_tls_san
                 .clone()
-                .or_else(|| get("GRPC_CLIENT_TLS_SAN").map(str::to_owned));
+                .or_else(|| get(vars::grpc_client_tls_san.name).map(str::to_owned));
             if client_san.is_some() && client_ca.is_none() {
                 return Err(SettingsError::Missing {
-                    setting: "GRPC_CLIENT_TLS_SAN",
-                    needs: "GRPC_CLIENT_TLS_CACERT",
+                    setting: vars::grpc_client_tls_san.name,
+                    needs: vars::grpc_client_tls_cacert.name.to_owned(),
                 });
             }
             Some(TlsOptions {
@@ -275,36 +289,36 @@ impl Settings {
                 client_san,
             })
         } else {
-            // As the reference: without GRPC_SERVER_USE_TLS the other TLS
+            // As the reference: without grpc_server_use_tls the other TLS
             // settings are ignored.
             None
         };
         let serve_defaults = ServeOptions::default();
         let shutdown_grace = duration(
             args.shutdown_grace,
-            get("SHUTDOWN_GRACE"),
-            "SHUTDOWN_GRACE",
+            get(vars::shutdown_grace.name),
+            vars::shutdown_grace.name,
             serve_defaults.shutdown_grace,
         )?;
         let poll_interval = duration(
             args.config_poll_interval,
-            get("CONFIG_POLL_INTERVAL"),
-            "CONFIG_POLL_INTERVAL",
+            get(vars::config_poll_interval.name),
+            vars::config_poll_interval.name,
             crate::config::DEFAULT_POLL_INTERVAL,
         )?;
 
         let store_args = &args.store_args;
         let failure_mode = choice(
             store_args.on_store_error,
-            get("FAILURE_MODE"),
-            "FAILURE_MODE",
+            get(vars::failure_mode.name),
+            vars::failure_mode.name,
             "error, allow or deny",
             OnStoreError::Error,
         )?;
         let redis = if store == BackendType::Redis {
-            let main = redis_config(store_args, &get, "REDIS_")?;
-            let per_second = if flag(store_args.redis_persecond, "REDIS_PERSECOND")? {
-                Some(redis_config(store_args, &get, "REDIS_PERSECOND_")?)
+            let main = redis_config(store_args, &get, &redis::MAIN)?;
+            let per_second = if flag(store_args.redis_persecond, vars::redis_persecond.name)? {
+                Some(redis_config(store_args, &get, &redis::PER_SECOND)?)
             } else {
                 None
             };
@@ -313,14 +327,14 @@ impl Settings {
             None
         };
 
-        let metrics_addr = if flag(args.use_prometheus, "USE_PROMETHEUS")? {
+        let metrics_addr = if flag(args.use_prometheus, vars::use_prometheus.name)? {
             let text = args
                 .prometheus_addr
                 .clone()
-                .or_else(|| get("PROMETHEUS_ADDR").map(str::to_owned))
+                .or_else(|| get(vars::prometheus_addr.name).map(str::to_owned))
                 .unwrap_or_else(|| ":9090".to_owned());
             Some(parse_listen_addr(&text).ok_or(SettingsError::InvalidEnv {
-                var: "PROMETHEUS_ADDR",
+                var: vars::prometheus_addr.name,
                 value: text,
                 expected: "an address such as :9090 or 127.0.0.1:9090",
             })?)
@@ -328,55 +342,56 @@ impl Settings {
             None
         };
         let stats = stats::resolve(&args.stats_args, &get, metrics_addr.is_some())?;
-        // DISABLE_STATS: no sink at all, as in the reference.
+        // disable_stats: no sink at all, as in the reference.
         let metrics_addr = metrics_addr.filter(|_| !stats.disabled);
         let near_limit_ratio = pick(
             args.near_limit_ratio,
-            get("NEAR_LIMIT_RATIO"),
-            "NEAR_LIMIT_RATIO",
+            get(vars::near_limit_ratio.name),
+            vars::near_limit_ratio.name,
             "a ratio between 0 and 1",
             |t| t.parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r)),
             0.8,
         )?;
 
-        let global_shadow_mode = flag(args.shadow_mode, "SHADOW_MODE")?;
+        let global_shadow_mode = flag(args.shadow_mode, vars::shadow_mode.name)?;
         Ok(Self {
             stats,
             xds: xds::xds_options(&args.xds_args, &get)?,
             force_start_without_initial_config: flag(
                 args.xds_args.force_start_without_initial_config,
-                "FORCE_START_WITHOUT_INITIAL_CONFIG",
+                vars::force_start_without_initial_config.name,
             )?,
             tracing: otlp::tracing_settings(args, &get)?,
             metrics_addr,
             near_limit_ratio,
             metrics_max_series: number(
                 args.metrics_max_series,
-                get("METRICS_MAX_SERIES"),
-                "METRICS_MAX_SERIES",
+                get(vars::metrics_max_series.name),
+                vars::metrics_max_series.name,
                 crate::metrics::DEFAULT_MAX_SERIES,
             )?,
             redis,
             config_dir,
-            ignore_dotfiles: flag(args.ignore_dotfiles, "RUNTIME_IGNOREDOTFILES")?,
-            merge_domain_config: flag(args.merge_domain_config, "MERGE_DOMAIN_CONFIG")?,
+            ignore_dotfiles: flag(args.ignore_dotfiles, vars::runtime_ignoredotfiles.name)?,
+            merge_domain_config: flag(args.merge_domain_config, vars::merge_domain_config.name)?,
             grpc_addr,
             http_addr,
             store,
-            log_level: args
-                .log_level
-                .clone()
-                .or_else(|| get("LOG_LEVEL").map(stats::log_filter))
+            // rust_log wins over the flag and log_level, as tracing users expect.
+            log_level: get(vars::rust_log.name)
+                .map(str::to_owned)
+                .or_else(|| args.log_level.clone())
+                .or_else(|| get(vars::log_level.name).map(stats::log_filter))
                 .unwrap_or_else(|| "info".to_owned()),
             log_format,
             config_poll_interval: poll_interval,
             limiter: LimiterOptions {
                 global_shadow_mode,
-                global_quota_mode: flag(args.quota_mode, "QUOTA_MODE")?,
+                global_quota_mode: flag(args.quota_mode, vars::quota_mode.name)?,
                 response_headers,
                 stop_when_over: flag(
                     args.stop_cache_key_increment_when_overlimit,
-                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+                    vars::stop_cache_key_increment_when_overlimit.name,
                 )?,
                 bounds,
                 failure_mode: match failure_mode {
@@ -386,25 +401,25 @@ impl Settings {
                 },
                 local_cache_bytes: number(
                     store_args.local_cache_size_in_bytes,
-                    get("LOCAL_CACHE_SIZE_IN_BYTES"),
-                    "LOCAL_CACHE_SIZE_IN_BYTES",
+                    get(vars::local_cache_size_in_bytes.name),
+                    vars::local_cache_size_in_bytes.name,
                     0,
                 )?,
                 dynamic_metadata: flag(
                     args.response_dynamic_metadata,
-                    "RESPONSE_DYNAMIC_METADATA",
+                    vars::response_dynamic_metadata.name,
                 )?,
             },
             memory_store_max_bytes: number(
                 store_args.memory_store_max_bytes,
-                get("MEMORY_STORE_MAX_BYTES"),
-                "MEMORY_STORE_MAX_BYTES",
+                get(vars::memory_store_max_bytes.name),
+                vars::memory_store_max_bytes.name,
                 crate::store::memory::DEFAULT_MAX_BYTES,
             )?,
             memory_store_snapshot: match store_args
                 .memory_store_snapshot_path
                 .clone()
-                .or_else(|| get("MEMORY_STORE_SNAPSHOT_PATH").map(PathBuf::from))
+                .or_else(|| get(vars::memory_store_snapshot_path.name).map(PathBuf::from))
                 .filter(|path| !path.as_os_str().is_empty())
             {
                 None => None,
@@ -412,8 +427,8 @@ impl Settings {
                     path,
                     interval: duration(
                         store_args.memory_store_snapshot_interval,
-                        get("MEMORY_STORE_SNAPSHOT_INTERVAL"),
-                        "MEMORY_STORE_SNAPSHOT_INTERVAL",
+                        get(vars::memory_store_snapshot_interval.name),
+                        vars::memory_store_snapshot_interval.name,
                         Duration::from_secs(1),
                     )?
                     .max(Duration::from_millis(10)),
@@ -424,13 +439,13 @@ impl Settings {
                 max_request_bytes,
                 healthy_only_with_rules: flag(
                     args.healthy_with_at_least_one_config_loaded,
-                    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+                    vars::healthy_with_at_least_one_config_loaded.name,
                 )?,
                 tls,
                 metrics_path: args
                     .prometheus_path
                     .clone()
-                    .or_else(|| get("PROMETHEUS_PATH").map(str::to_owned))
+                    .or_else(|| get(vars::prometheus_path.name).map(str::to_owned))
                     .unwrap_or_else(|| "/metrics".to_owned()),
                 rlqs: rlqs_options(&args.rlqs_args, &get, bounds, global_shadow_mode)?,
                 ..serve_defaults
@@ -450,8 +465,8 @@ fn rlqs_options<'a>(
     let defaults = crate::rlqs::RlqsOptions::default();
     let unmatched = match choice(
         args.rlqs_unmatched_behavior,
-        get("RLQS_UNMATCHED_BEHAVIOR"),
-        "RLQS_UNMATCHED_BEHAVIOR",
+        get(vars::rlqs_unmatched_behavior.name),
+        vars::rlqs_unmatched_behavior.name,
         "allow or deny",
         RlqsUnmatched::Allow,
     )? {
@@ -462,15 +477,15 @@ fn rlqs_options<'a>(
         unmatched,
         assignment_ttl: duration(
             args.rlqs_assignment_ttl,
-            get("RLQS_ASSIGNMENT_TTL"),
-            "RLQS_ASSIGNMENT_TTL",
+            get(vars::rlqs_assignment_ttl.name),
+            vars::rlqs_assignment_ttl.name,
             defaults.assignment_ttl,
         )?
         .max(crate::rlqs::MIN_ASSIGNMENT_TTL),
         idle_timeout: duration(
             args.rlqs_idle_timeout,
-            get("RLQS_IDLE_TIMEOUT"),
-            "RLQS_IDLE_TIMEOUT",
+            get(vars::rlqs_idle_timeout.name),
+            vars::rlqs_idle_timeout.name,
             defaults.idle_timeout,
         )?,
         bounds: crate::rlqs::state::StreamBounds {
@@ -479,8 +494,8 @@ fn rlqs_options<'a>(
             max_domain_bytes: bounds.max_domain_bytes,
             max_buckets: number(
                 args.rlqs_max_buckets_per_stream,
-                get("RLQS_MAX_BUCKETS_PER_STREAM"),
-                "RLQS_MAX_BUCKETS_PER_STREAM",
+                get(vars::rlqs_max_buckets_per_stream.name),
+                vars::rlqs_max_buckets_per_stream.name,
                 defaults.bounds.max_buckets,
             )?,
         },

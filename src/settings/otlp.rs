@@ -3,6 +3,7 @@
 //! `…_TRACES_…` first, then the generic variable, then the default).
 
 use super::parse::{boolean, choice, pick};
+use super::vars;
 use super::{ServeArgs, SettingsError, TracingExporterProtocol};
 use crate::otel::{DEFAULT_SERVICE_NAME, ExportProtocol, TracingSettings};
 use std::time::Duration;
@@ -10,25 +11,25 @@ use std::time::Duration;
 /// Default collector of each protocol (the OTLP specification's).
 const DEFAULT_HTTP_ENDPOINT: &str = "http://localhost:4318";
 const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
-/// `OTEL_BSP_SCHEDULE_DELAY`'s default.
+/// `otel_bsp_schedule_delay`'s default.
 const DEFAULT_EXPORT_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Resolves the tracing settings; `None` unless `TRACING_ENABLED`.
+/// Resolves the tracing settings; `None` unless `tracing_enabled`.
 pub(super) fn tracing_settings<'a>(
     args: &ServeArgs,
     get: &impl Fn(&str) -> Option<&'a str>,
 ) -> Result<Option<TracingSettings>, SettingsError> {
     if !boolean(
         args.tracing_enabled,
-        get("TRACING_ENABLED"),
-        "TRACING_ENABLED",
+        get(vars::tracing_enabled.name),
+        vars::tracing_enabled.name,
     )? {
         return Ok(None);
     }
     let protocol = match choice(
         args.tracing_exporter_protocol,
-        get("TRACING_EXPORTER_PROTOCOL"),
-        "TRACING_EXPORTER_PROTOCOL",
+        get(vars::tracing_exporter_protocol.name),
+        vars::tracing_exporter_protocol.name,
         "http or grpc",
         TracingExporterProtocol::Http,
     )? {
@@ -39,16 +40,16 @@ pub(super) fn tracing_settings<'a>(
         |flag: &Option<String>, var: &str| flag.clone().or_else(|| get(var).map(str::to_owned));
     let sampling_rate = pick(
         args.tracing_sampling_rate,
-        get("TRACING_SAMPLING_RATE"),
-        "TRACING_SAMPLING_RATE",
+        get(vars::tracing_sampling_rate.name),
+        vars::tracing_sampling_rate.name,
         "a number such as 0.1 (1 samples every trace)",
         |t| t.trim().parse::<f64>().ok().filter(|r| r.is_finite()),
         1.0,
     )?;
     let export_interval = pick(
         None,
-        get("OTEL_BSP_SCHEDULE_DELAY"),
-        "OTEL_BSP_SCHEDULE_DELAY",
+        get(vars::otel_bsp_schedule_delay.name),
+        vars::otel_bsp_schedule_delay.name,
         "a whole number of milliseconds",
         |t| t.trim().parse::<u64>().ok().map(Duration::from_millis),
         DEFAULT_EXPORT_INTERVAL,
@@ -57,21 +58,24 @@ pub(super) fn tracing_settings<'a>(
         protocol,
         endpoint: endpoint(args, get, protocol)?,
         headers: headers(get)?,
-        service_name: text(&args.tracing_service_name, "TRACING_SERVICE_NAME")
+        service_name: text(&args.tracing_service_name, vars::tracing_service_name.name)
             .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned()),
-        service_namespace: text(&args.tracing_service_namespace, "TRACING_SERVICE_NAMESPACE")
-            .unwrap_or_default(),
+        service_namespace: text(
+            &args.tracing_service_namespace,
+            vars::tracing_service_namespace.name,
+        )
+        .unwrap_or_default(),
         service_instance_id: text(
             &args.tracing_service_instance_id,
-            "TRACING_SERVICE_INSTANCE_ID",
+            vars::tracing_service_instance_id.name,
         ),
         sampling_rate,
         export_interval,
     }))
 }
 
-/// The traces endpoint: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else
-/// `--otlp-endpoint` or `OTEL_EXPORTER_OTLP_ENDPOINT` (plus `/v1/traces` for
+/// The traces endpoint: `otel_exporter_otlp_traces_endpoint` as it is, else
+/// `--otlp-endpoint` or `otel_exporter_otlp_endpoint` (plus `/v1/traces` for
 /// HTTP), else the protocol's default. Only plaintext `http://` is built;
 /// an endpoint without a scheme is plaintext when `…_INSECURE` is true.
 fn endpoint<'a>(
@@ -79,8 +83,8 @@ fn endpoint<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
     protocol: ExportProtocol,
 ) -> Result<String, SettingsError> {
-    let signal = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
-    let generic = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    let signal = vars::otel_exporter_otlp_traces_endpoint.name;
+    let generic = vars::otel_exporter_otlp_endpoint.name;
     let (var, text, is_base) = if let Some(url) = get(signal) {
         (signal, url.to_owned(), false)
     } else if let Some(url) = &args.otlp_endpoint {
@@ -97,8 +101,9 @@ fn endpoint<'a>(
     let text = text.trim();
     let insecure = boolean(
         None,
-        get("OTEL_EXPORTER_OTLP_TRACES_INSECURE").or_else(|| get("OTEL_EXPORTER_OTLP_INSECURE")),
-        "OTEL_EXPORTER_OTLP_INSECURE",
+        get(vars::otel_exporter_otlp_traces_insecure.name)
+            .or_else(|| get(vars::otel_exporter_otlp_insecure.name)),
+        vars::otel_exporter_otlp_insecure.name,
     )?;
     let url = if text.starts_with("http://") {
         text.to_owned()
@@ -125,7 +130,7 @@ fn endpoint<'a>(
     })
 }
 
-/// `OTEL_EXPORTER_OTLP_HEADERS` then `OTEL_EXPORTER_OTLP_TRACES_HEADERS`
+/// `otel_exporter_otlp_headers` then `otel_exporter_otlp_traces_headers`
 /// (which wins for a name in both): `name=value` pairs, comma-separated,
 /// values percent-decoded.
 fn headers<'a>(
@@ -133,8 +138,8 @@ fn headers<'a>(
 ) -> Result<Vec<(String, String)>, SettingsError> {
     let mut headers: Vec<(String, String)> = Vec::new();
     for var in [
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        vars::otel_exporter_otlp_headers.name,
+        vars::otel_exporter_otlp_traces_headers.name,
     ] {
         let Some(text) = get(var) else { continue };
         let invalid = || SettingsError::InvalidEnv {

@@ -3,13 +3,13 @@
 
 use super::*;
 
-/// The reference's rule directory, `$RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY`,
+/// The reference's rule directory, `$runtime_root/$runtime_subdirectory/$runtime_appdirectory`,
 /// when any of them is set; otherwise the bundled examples.
 pub(super) fn runtime_dir<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> PathBuf {
     let (root, sub, app) = (
-        get("RUNTIME_ROOT"),
-        get("RUNTIME_SUBDIRECTORY"),
-        get("RUNTIME_APPDIRECTORY"),
+        get(vars::runtime_root.name),
+        get(vars::runtime_subdirectory.name),
+        get(vars::runtime_appdirectory.name),
     );
     if root.is_none() && sub.is_none() && app.is_none() {
         return PathBuf::from(DEFAULT_CONFIG_DIR);

@@ -1,6 +1,7 @@
 //! Redis settings: the main Redis and the per-second one, each from its
 //! flags and `REDIS_*` / `REDIS_PERSECOND_*` variables.
 
+use super::vars::{self, Var};
 use super::*;
 
 /// Resolved Redis settings.
@@ -8,55 +9,89 @@ use super::*;
 pub struct RedisSettings {
     /// The main Redis.
     pub main: RedisConfig,
-    /// The per-second Redis, with `REDIS_PERSECOND`.
+    /// The per-second Redis, with `redis_persecond`.
     pub per_second: Option<RedisConfig>,
 }
 
-/// Resolves one Redis: `prefix` is `REDIS_` or `REDIS_PERSECOND_`; flags
-/// apply to the main Redis only (and `--redis-persecond-url`).
+/// The variables of one Redis: the main one or the per-second one.
+#[derive(Debug)]
+pub(super) struct RedisVars {
+    main: bool,
+    url: Var,
+    kind: Var,
+    tls: Var,
+    auth: Var,
+    sentinel_auth: Var,
+    pool_size: Var,
+    timeout: Var,
+    connect_timeout: Var,
+}
+
+/// The main Redis.
+pub(super) const MAIN: RedisVars = RedisVars {
+    main: true,
+    url: vars::redis_url,
+    kind: vars::redis_type,
+    tls: vars::redis_tls,
+    auth: vars::redis_auth,
+    sentinel_auth: vars::redis_sentinel_auth,
+    pool_size: vars::redis_pool_size,
+    timeout: vars::redis_timeout,
+    connect_timeout: vars::redis_connect_timeout,
+};
+
+/// The per-second Redis (`redis_persecond`).
+pub(super) const PER_SECOND: RedisVars = RedisVars {
+    main: false,
+    url: vars::redis_persecond_url,
+    kind: vars::redis_persecond_type,
+    tls: vars::redis_persecond_tls,
+    auth: vars::redis_persecond_auth,
+    sentinel_auth: vars::redis_persecond_sentinel_auth,
+    pool_size: vars::redis_persecond_pool_size,
+    timeout: vars::redis_persecond_timeout,
+    connect_timeout: vars::redis_persecond_connect_timeout,
+};
+
+/// Resolves one Redis from its variables; flags apply to the main Redis
+/// only (and `--redis-persecond-url`).
 pub(super) fn redis_config<'a>(
     args: &StoreArgs,
     get: &impl Fn(&str) -> Option<&'a str>,
-    prefix: &'static str,
+    v: &RedisVars,
 ) -> Result<RedisConfig, SettingsError> {
-    let main = prefix == "REDIS_";
-    let var = |name: &str| get(&format!("{prefix}{name}"));
+    let main = v.main;
     let url = if main {
         args.redis_url.clone()
     } else {
         args.redis_persecond_url.clone()
     }
-    .or_else(|| var("URL").map(str::to_owned))
+    .or_else(|| get(v.url.name).map(str::to_owned))
     .unwrap_or_else(|| "127.0.0.1:6379".to_owned());
-    // Variable names must be 'static for error messages: pick the pair.
-    let name = |main_name: &'static str, second_name: &'static str| {
-        if main { main_name } else { second_name }
-    };
     let flag_of = |flag: Option<Duration>| flag.filter(|_| main);
     let mode = choice(
         if main { args.redis_type } else { None },
-        var("TYPE"),
-        name("REDIS_TYPE", "REDIS_PERSECOND_TYPE"),
+        get(v.kind.name),
+        v.kind.name,
         "single, sentinel or cluster",
         RedisType::Single,
     )?;
-    let tls_on = boolean(
-        args.redis_tls.filter(|_| main),
-        var("TLS"),
-        name("REDIS_TLS", "REDIS_PERSECOND_TLS"),
-    )?;
+    let tls_on = boolean(args.redis_tls.filter(|_| main), get(v.tls.name), v.tls.name)?;
     let path =
         |flag: &Option<PathBuf>, var: &str| flag.clone().or_else(|| get(var).map(PathBuf::from));
     let tls = if tls_on {
         let skip = boolean(
             args.redis_tls_skip_hostname_verification,
-            get("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"),
-            "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+            get(vars::redis_tls_skip_hostname_verification.name),
+            vars::redis_tls_skip_hostname_verification.name,
         )?;
         Some(RedisTls {
-            ca_cert: path(&args.redis_tls_cacert, "REDIS_TLS_CACERT"),
-            client_cert: path(&args.redis_tls_client_cert, "REDIS_TLS_CLIENT_CERT"),
-            client_key: path(&args.redis_tls_client_key, "REDIS_TLS_CLIENT_KEY"),
+            ca_cert: path(&args.redis_tls_cacert, vars::redis_tls_cacert.name),
+            client_cert: path(
+                &args.redis_tls_client_cert,
+                vars::redis_tls_client_cert.name,
+            ),
+            client_key: path(&args.redis_tls_client_key, vars::redis_tls_client_key.name),
             skip_hostname_verification: skip,
         })
     } else {
@@ -71,50 +106,54 @@ pub(super) fn redis_config<'a>(
         },
         url,
         auth: if main { args.redis_auth.clone() } else { None }
-            .or_else(|| var("AUTH").map(str::to_owned)),
+            .or_else(|| get(v.auth.name).map(str::to_owned)),
         sentinel_auth: if main {
             args.redis_sentinel_auth.clone()
         } else {
             None
         }
-        .or_else(|| var("SENTINEL_AUTH").map(str::to_owned)),
+        .or_else(|| get(v.sentinel_auth.name).map(str::to_owned)),
         pool_size: number(
             if main { args.redis_pool_size } else { None },
-            var("POOL_SIZE"),
-            name("REDIS_POOL_SIZE", "REDIS_PERSECOND_POOL_SIZE"),
+            get(v.pool_size.name),
+            v.pool_size.name,
             2,
         )?
         .max(1),
         timeout: duration(
             flag_of(args.redis_timeout),
-            var("TIMEOUT"),
-            name("REDIS_TIMEOUT", "REDIS_PERSECOND_TIMEOUT"),
+            get(v.timeout.name),
+            v.timeout.name,
             Duration::from_millis(100),
         )?,
         connect_timeout: duration(
             flag_of(args.redis_connect_timeout),
-            var("CONNECT_TIMEOUT"),
-            name("REDIS_CONNECT_TIMEOUT", "REDIS_PERSECOND_CONNECT_TIMEOUT"),
+            get(v.connect_timeout.name),
+            v.connect_timeout.name,
             Duration::from_secs(1),
         )?,
         key_prefix: args
             .cache_key_prefix
             .clone()
-            .or_else(|| get("CACHE_KEY_PREFIX").map(str::to_owned))
+            .or_else(|| get(vars::cache_key_prefix.name).map(str::to_owned))
             .unwrap_or_default(),
         expiration_jitter_max_secs: number(
             args.expiration_jitter_max_seconds,
-            get("EXPIRATION_JITTER_MAX_SECONDS"),
-            "EXPIRATION_JITTER_MAX_SECONDS",
+            get(vars::expiration_jitter_max_seconds.name),
+            vars::expiration_jitter_max_seconds.name,
             300,
         )?,
         // One setting for both Redis stores, as in the reference.
         redial_on_readonly: match (
             args.redis_close_connection_on_readonly_error,
-            get("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR"),
+            get(vars::redis_close_connection_on_readonly_error.name),
         ) {
             (None, None) => true,
-            (flag, env) => boolean(flag, env, "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR")?,
+            (flag, env) => boolean(
+                flag,
+                env,
+                vars::redis_close_connection_on_readonly_error.name,
+            )?,
         },
     })
 }

@@ -1,15 +1,15 @@
-//! Stats sinks and the debug listener: `USE_STATSD`, `STATSD_*`,
-//! `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS`, `USE_DOG_STATSD` (+ mogrifiers),
-//! `DISABLE_STATS`, `PROMETHEUS_MAPPER_YAML`,
-//! `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`, `DEBUG_HOST`/`DEBUG_PORT`;
+//! Stats sinks and the debug listener: `use_statsd`, `STATSD_*`,
+//! `stats_flush_interval`, `extra_tags`, `use_dog_statsd` (+ mogrifiers),
+//! `disable_stats`, `prometheus_mapper_yaml`,
+//! `prometheus_response_time_as_milliseconds`, `debug_host`/`debug_port`;
 //! and the reference variables floodgate accepts without needing them
-//! (`GRPC_SERVER_TLS_CA_CERT`, `RUNTIME_WATCH_ROOT`, `REDIS_SOCKET_TYPE`).
+//! (`grpc_server_tls_ca_cert`, `runtime_watch_root`, `redis_socket_type`).
 //!
-//! Sinks follow the reference: one at a time. `USE_STATSD` defaults to true
-//! as there, except that `USE_PROMETHEUS=true` alone selects Prometheus
+//! Sinks follow the reference: one at a time. `use_statsd` defaults to true
+//! as there, except that `use_prometheus=true` alone selects Prometheus
 //! (where the reference would exit because its statsd default is on);
-//! `USE_PROMETHEUS` with an explicit `USE_STATSD=true` or
-//! `USE_DOG_STATSD=true` is refused.
+//! `use_prometheus` with an explicit `use_statsd=true` or
+//! `use_dog_statsd=true` is refused.
 
 use super::*;
 use crate::metrics::statsd::{Format, Mogrifier, Protocol, StatsdOptions};
@@ -18,42 +18,30 @@ use crate::metrics::statsd_names::Tags;
 /// Flags of the stats sinks and the debug listener.
 #[derive(Debug, Clone, Default, Args)]
 pub struct StatsArgs {
-    /// Debug listener serving /rlconfig and /healthcheck [env: DEBUG_HOST, DEBUG_PORT] [default: off unless one is set; host 127.0.0.1, port 6070]
-    #[arg(long, value_name = "ADDR")]
-    pub debug_addr: Option<SocketAddr>,
-    /// Send stats to statsd [env: USE_STATSD] [default: true, unless USE_PROMETHEUS]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub use_statsd: Option<bool>,
-    /// statsd host [env: STATSD_HOST] [default: localhost]
-    #[arg(long, value_name = "HOST")]
-    pub statsd_host: Option<String>,
-    /// statsd port [env: STATSD_PORT] [default: 8125]
-    #[arg(long, value_name = "PORT")]
-    pub statsd_port: Option<u16>,
-    /// statsd transport, tcp or udp [env: STATSD_PROTOCOL] [default: tcp; udp with USE_DOG_STATSD]
-    #[arg(long, value_name = "PROTOCOL")]
-    pub statsd_protocol: Option<String>,
-    /// Time between two statsd flushes [env: STATS_FLUSH_INTERVAL] [default: 10s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub stats_flush_interval: Option<Duration>,
-    /// Tags added to every stat, `k1:v1,k2:v2` [env: EXTRA_TAGS]
-    #[arg(long, value_name = "TAGS")]
-    pub extra_tags: Option<String>,
-    /// Send DogStatsD lines (tags as |#k:v) over UDP [env: USE_DOG_STATSD]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub use_dog_statsd: Option<bool>,
-    /// DogStatsD mogrifier names, each set by `DOG_STATSD_MOGRIFIER_<NAME>_PATTERN`, `_NAME`, `_TAGS` [env: USE_DOG_STATSD_MOGRIFIERS]
-    #[arg(long, value_name = "NAMES")]
-    pub use_dog_statsd_mogrifiers: Option<String>,
-    /// No stats sink at all (no statsd, no Prometheus listener) [env: DISABLE_STATS]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub disable_stats: Option<bool>,
-    /// statsd_exporter mapping file for the Prometheus listener [env: PROMETHEUS_MAPPER_YAML] [default: the reference's built-in mapping]
-    #[arg(long, value_name = "FILE")]
-    pub prometheus_mapper_yaml: Option<PathBuf>,
-    /// With the built-in mapping, export the response time in milliseconds [env: PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub prometheus_response_time_as_milliseconds: Option<bool>,
+    #[arg(long, value_name = "ADDR", help = vars::help_of(&[&vars::debug_host, &vars::debug_port]))]
+    pub(crate) debug_addr: Option<SocketAddr>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::use_statsd.help())]
+    pub(crate) use_statsd: Option<bool>,
+    #[arg(long, value_name = vars::host.name, help = vars::statsd_host.help())]
+    pub(crate) statsd_host: Option<String>,
+    #[arg(long, value_name = vars::port.name, help = vars::statsd_port.help())]
+    pub(crate) statsd_port: Option<u16>,
+    #[arg(long, value_name = "PROTOCOL", help = vars::statsd_protocol.help())]
+    pub(crate) statsd_protocol: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::stats_flush_interval.help())]
+    pub(crate) stats_flush_interval: Option<Duration>,
+    #[arg(long, value_name = "TAGS", help = vars::extra_tags.help())]
+    pub(crate) extra_tags: Option<String>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::use_dog_statsd.help())]
+    pub(crate) use_dog_statsd: Option<bool>,
+    #[arg(long, value_name = "NAMES", help = vars::use_dog_statsd_mogrifiers.help())]
+    pub(crate) use_dog_statsd_mogrifiers: Option<String>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::disable_stats.help())]
+    pub(crate) disable_stats: Option<bool>,
+    #[arg(long, value_name = "FILE", help = vars::prometheus_mapper_yaml.help())]
+    pub(crate) prometheus_mapper_yaml: Option<PathBuf>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::prometheus_response_time_as_milliseconds.help())]
+    pub(crate) prometheus_response_time_as_milliseconds: Option<bool>,
 }
 
 /// Resolved stats settings.
@@ -61,13 +49,13 @@ pub struct StatsArgs {
 pub struct StatsSettings {
     /// The statsd sink, when on.
     pub statsd: Option<StatsdOptions>,
-    /// `EXTRA_TAGS`.
+    /// `extra_tags`.
     pub extra_tags: Tags,
-    /// `PROMETHEUS_MAPPER_YAML`.
+    /// `prometheus_mapper_yaml`.
     pub mapper_yaml: Option<PathBuf>,
-    /// `PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS`.
+    /// `prometheus_response_time_as_milliseconds`.
     pub response_time_as_ms: bool,
-    /// `DISABLE_STATS`.
+    /// `disable_stats`.
     pub disabled: bool,
     /// The debug listener's address, when one is asked for.
     pub debug_addr: Option<SocketAddr>,
@@ -84,27 +72,33 @@ pub(super) fn resolve<'a>(
     use_prometheus: bool,
 ) -> Result<StatsSettings, SettingsError> {
     let flag = |value: Option<bool>, var: &'static str| boolean(value, get(var), var);
-    let disabled = flag(args.disable_stats, "DISABLE_STATS")?;
+    let disabled = flag(args.disable_stats, vars::disable_stats.name)?;
     let explicit_statsd = match args.use_statsd {
         Some(value) => Some(value),
-        None => match get("USE_STATSD") {
-            Some(_) => Some(flag(None, "USE_STATSD")?),
+        None => match get(vars::use_statsd.name) {
+            Some(_) => Some(flag(None, vars::use_statsd.name)?),
             None => None,
         },
     };
-    let dog = flag(args.use_dog_statsd, "USE_DOG_STATSD")?;
+    let dog = flag(args.use_dog_statsd, vars::use_dog_statsd.name)?;
     if use_prometheus && !disabled && (explicit_statsd == Some(true) || dog) {
         return Err(SettingsError::Conflict {
-            reason: "USE_PROMETHEUS and USE_STATSD/USE_DOG_STATSD are both on: one stats sink at a time, as in the reference (set USE_STATSD=false)",
+            reason: format!(
+                "{} and {}/{} are both on: one stats sink at a time, as in the reference (set {}=false)",
+                vars::use_prometheus.name,
+                vars::use_statsd.name,
+                vars::use_dog_statsd.name,
+                vars::use_statsd.name
+            ),
         });
     }
     let tags_text = args
         .extra_tags
         .clone()
-        .or_else(|| get("EXTRA_TAGS").map(str::to_owned))
+        .or_else(|| get(vars::extra_tags.name).map(str::to_owned))
         .unwrap_or_default();
     let extra_tags = Tags::parse(&tags_text).map_err(|item| SettingsError::Invalid {
-        setting: "EXTRA_TAGS".to_owned(),
+        setting: vars::extra_tags.name.to_owned(),
         reason: format!("'{item}' is not key:value"),
     })?;
     let statsd_on = !disabled && !use_prometheus && (dog || explicit_statsd.unwrap_or(true));
@@ -112,7 +106,7 @@ pub(super) fn resolve<'a>(
         let protocol_text = args
             .statsd_protocol
             .clone()
-            .or_else(|| get("STATSD_PROTOCOL").map(str::to_owned));
+            .or_else(|| get(vars::statsd_protocol.name).map(str::to_owned));
         let protocol = match protocol_text
             .as_deref()
             .map(str::to_ascii_lowercase)
@@ -129,7 +123,7 @@ pub(super) fn resolve<'a>(
             Some("udp") => Protocol::Udp,
             Some(_) => {
                 return Err(SettingsError::InvalidEnv {
-                    var: "STATSD_PROTOCOL",
+                    var: vars::statsd_protocol.name,
                     value: protocol_text.unwrap_or_default(),
                     expected: "tcp or udp",
                 });
@@ -137,13 +131,13 @@ pub(super) fn resolve<'a>(
         };
         let flush_interval = duration(
             args.stats_flush_interval,
-            get("STATS_FLUSH_INTERVAL"),
-            "STATS_FLUSH_INTERVAL",
+            get(vars::stats_flush_interval.name),
+            vars::stats_flush_interval.name,
             Duration::from_secs(10),
         )?;
         if flush_interval.is_zero() {
             return Err(SettingsError::InvalidEnv {
-                var: "STATS_FLUSH_INTERVAL",
+                var: vars::stats_flush_interval.name,
                 value: "0".to_owned(),
                 expected: "a duration above zero",
             });
@@ -152,7 +146,7 @@ pub(super) fn resolve<'a>(
             let names = args
                 .use_dog_statsd_mogrifiers
                 .clone()
-                .or_else(|| get("USE_DOG_STATSD_MOGRIFIERS").map(str::to_owned))
+                .or_else(|| get(vars::use_dog_statsd_mogrifiers.name).map(str::to_owned))
                 .unwrap_or_default();
             Format::DogStatsd(mogrifiers(&names, get)?)
         } else {
@@ -162,9 +156,14 @@ pub(super) fn resolve<'a>(
             host: args
                 .statsd_host
                 .clone()
-                .or_else(|| get("STATSD_HOST").map(str::to_owned))
+                .or_else(|| get(vars::statsd_host.name).map(str::to_owned))
                 .unwrap_or_else(|| "localhost".to_owned()),
-            port: number(args.statsd_port, get("STATSD_PORT"), "STATSD_PORT", 8125)?,
+            port: number(
+                args.statsd_port,
+                get(vars::statsd_port.name),
+                vars::statsd_port.name,
+                8125,
+            )?,
             protocol,
             flush_interval,
             format,
@@ -173,24 +172,28 @@ pub(super) fn resolve<'a>(
     } else {
         None
     };
-    let debug_addr =
-        match args.debug_addr {
-            Some(addr) => Some(addr),
-            None if get("DEBUG_HOST").is_some() || get("DEBUG_PORT").is_some() => Some(
-                addr_from_env(get, "DEBUG_HOST", "DEBUG_PORT", DEFAULT_DEBUG_PORT)?,
-            ),
-            None => None,
-        };
+    let debug_addr = match args.debug_addr {
+        Some(addr) => Some(addr),
+        None if get(vars::debug_host.name).is_some() || get(vars::debug_port.name).is_some() => {
+            Some(addr_from_env(
+                get,
+                vars::debug_host.name,
+                vars::debug_port.name,
+                DEFAULT_DEBUG_PORT,
+            )?)
+        }
+        None => None,
+    };
     Ok(StatsSettings {
         statsd,
         extra_tags,
         mapper_yaml: args
             .prometheus_mapper_yaml
             .clone()
-            .or_else(|| get("PROMETHEUS_MAPPER_YAML").map(PathBuf::from)),
+            .or_else(|| get(vars::prometheus_mapper_yaml.name).map(PathBuf::from)),
         response_time_as_ms: flag(
             args.prometheus_response_time_as_milliseconds,
-            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+            vars::prometheus_response_time_as_milliseconds.name,
         )?,
         disabled,
         debug_addr,
@@ -248,20 +251,27 @@ fn ignored<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
 ) -> Result<Vec<(&'static str, &'static str)>, SettingsError> {
     let mut ignored = Vec::new();
-    if get("GRPC_SERVER_TLS_CA_CERT").is_some() {
+    if get(vars::grpc_server_tls_ca_cert.name).is_some() {
         ignored.push((
-            "GRPC_SERVER_TLS_CA_CERT",
-            "never read by the reference either (client certificates use GRPC_CLIENT_TLS_CACERT)",
+            vars::grpc_server_tls_ca_cert.name,
+            "never read by the reference either (the client CA for mTLS is --grpc-client-tls-cacert)",
         ));
     }
-    if get("RUNTIME_WATCH_ROOT").is_some() {
-        boolean(None, get("RUNTIME_WATCH_ROOT"), "RUNTIME_WATCH_ROOT")?;
+    if get(vars::runtime_watch_root.name).is_some() {
+        boolean(
+            None,
+            get(vars::runtime_watch_root.name),
+            vars::runtime_watch_root.name,
+        )?;
         ignored.push((
-            "RUNTIME_WATCH_ROOT",
+            vars::runtime_watch_root.name,
             "the rule directory is polled, which sees both a swap of the root and changes inside it",
         ));
     }
-    for var in ["REDIS_SOCKET_TYPE", "REDIS_PERSECOND_SOCKET_TYPE"] {
+    for var in [
+        vars::redis_socket_type.name,
+        vars::redis_persecond_socket_type.name,
+    ] {
         let Some(kind) = get(var) else { continue };
         if !matches!(kind.to_ascii_lowercase().as_str(), "tcp" | "unix") {
             return Err(SettingsError::InvalidEnv {

@@ -43,10 +43,10 @@ fn reload_and_health_settings() {
     let s = resolve(
         &[],
         &[
-            ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true"),
-            ("CONFIG_POLL_INTERVAL", "1s"),
-            ("RUNTIME_IGNOREDOTFILES", "true"),
-            ("RUNTIME_ROOT", "/srv/rt"),
+            (vars::healthy_with_at_least_one_config_loaded.name, "true"),
+            (vars::config_poll_interval.name, "1s"),
+            (vars::runtime_ignoredotfiles.name, "true"),
+            (vars::runtime_root.name, "/srv/rt"),
         ],
     )
     .unwrap();
@@ -61,13 +61,16 @@ fn reload_and_health_settings() {
             "--config-poll-interval",
             "100ms",
         ],
-        &[("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "true")],
+        &[(vars::healthy_with_at_least_one_config_loaded.name, "true")],
     )
     .unwrap();
     assert!(!s.serve.healthy_only_with_rules);
     assert_eq!(s.config_poll_interval, Duration::from_millis(100));
-    let err = resolve(&[], &[("CONFIG_POLL_INTERVAL", "soon")]).unwrap_err();
-    assert!(err.to_string().contains("CONFIG_POLL_INTERVAL"), "{err}");
+    let err = resolve(&[], &[(vars::config_poll_interval.name, "soon")]).unwrap_err();
+    assert!(
+        err.to_string().contains(vars::config_poll_interval.name),
+        "{err}"
+    );
 }
 
 #[test]
@@ -75,19 +78,19 @@ fn reference_environment_is_honoured() {
     let s = resolve(
         &[],
         &[
-            ("RUNTIME_ROOT", "/srv/rt"),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-            ("GRPC_HOST", "0.0.0.0"),
-            ("GRPC_PORT", "9081"),
-            ("PORT", "9080"),
-            ("REDIS_URL", "127.0.0.1:6379"),
-            ("LOG_LEVEL", "DEBUG"),
-            ("LOG_FORMAT", "json"),
-            ("SHADOW_MODE", "true"),
-            ("LIMIT_RESPONSE_HEADERS_ENABLED", "1"),
-            ("LIMIT_RESET_HEADER", "X-Reset"),
-            ("MAX_DESCRIPTORS", "8"),
-            ("SHUTDOWN_GRACE", "250ms"),
+            (vars::runtime_root.name, "/srv/rt"),
+            (vars::runtime_subdirectory.name, "ratelimit"),
+            (vars::grpc_host.name, "0.0.0.0"),
+            (vars::grpc_port.name, "9081"),
+            (vars::port.name, "9080"),
+            (vars::redis_url.name, "127.0.0.1:6379"),
+            (vars::log_level.name, "DEBUG"),
+            (vars::log_format.name, "json"),
+            (vars::shadow_mode.name, "true"),
+            (vars::limit_response_headers_enabled.name, "1"),
+            (vars::limit_reset_header.name, "X-Reset"),
+            (vars::max_descriptors.name, "8"),
+            (vars::shutdown_grace.name, "250ms"),
         ],
     )
     .unwrap();
@@ -108,13 +111,13 @@ fn reference_environment_is_honoured() {
 #[test]
 fn response_dynamic_metadata_is_off_unless_asked() {
     assert!(!resolve(&[], &[]).unwrap().limiter.dynamic_metadata);
-    let on = resolve(&[], &[("RESPONSE_DYNAMIC_METADATA", "true")]).unwrap();
+    let on = resolve(&[], &[(vars::response_dynamic_metadata.name, "true")]).unwrap();
     assert!(on.limiter.dynamic_metadata);
     let flag = resolve(&["--response-dynamic-metadata"], &[]).unwrap();
     assert!(flag.limiter.dynamic_metadata);
     let off = resolve(
         &["--response-dynamic-metadata=false"],
-        &[("RESPONSE_DYNAMIC_METADATA", "true")],
+        &[(vars::response_dynamic_metadata.name, "true")],
     )
     .unwrap();
     assert!(!off.limiter.dynamic_metadata);
@@ -133,10 +136,10 @@ fn flags_win_over_environment() {
             "--shadow-mode=false",
         ],
         &[
-            ("RUNTIME_ROOT", "/x"),
-            ("GRPC_PORT", "2"),
-            ("BACKEND_TYPE", "redis"),
-            ("SHADOW_MODE", "true"),
+            (vars::runtime_root.name, "/x"),
+            (vars::grpc_port.name, "2"),
+            (vars::backend_type.name, "redis"),
+            (vars::shadow_mode.name, "true"),
         ],
     )
     .unwrap();
@@ -151,19 +154,22 @@ fn redis_settings_follow_the_reference_variables() {
     let s = resolve(
         &["--redis-pool-size", "3"],
         &[
-            ("BACKEND_TYPE", "redis"),
-            ("REDIS_URL", "mymaster,127.0.0.1:26379,127.0.0.1:26380"),
-            ("REDIS_TYPE", "SENTINEL"),
-            ("REDIS_AUTH", "user:pw"),
-            ("REDIS_TIMEOUT", "50ms"),
-            ("CACHE_KEY_PREFIX", "rl:"),
-            ("EXPIRATION_JITTER_MAX_SECONDS", "0"),
-            ("LOCAL_CACHE_SIZE_IN_BYTES", "1048576"),
-            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
-            ("FAILURE_MODE", "allow"),
-            ("REDIS_PERSECOND", "true"),
-            ("REDIS_PERSECOND_URL", "127.0.0.1:6380"),
-            ("REDIS_PERSECOND_TYPE", "cluster"),
+            (vars::backend_type.name, "redis"),
+            (
+                vars::redis_url.name,
+                "mymaster,127.0.0.1:26379,127.0.0.1:26380",
+            ),
+            (vars::redis_type.name, "SENTINEL"),
+            (vars::redis_auth.name, "user:pw"),
+            (vars::redis_timeout.name, "50ms"),
+            (vars::cache_key_prefix.name, "rl:"),
+            (vars::expiration_jitter_max_seconds.name, "0"),
+            (vars::local_cache_size_in_bytes.name, "1048576"),
+            (vars::stop_cache_key_increment_when_overlimit.name, "true"),
+            (vars::failure_mode.name, "allow"),
+            (vars::redis_persecond.name, "true"),
+            (vars::redis_persecond_url.name, "127.0.0.1:6380"),
+            (vars::redis_persecond_type.name, "cluster"),
         ],
     )
     .unwrap();
@@ -193,8 +199,8 @@ fn redis_settings_follow_the_reference_variables() {
             "/ca.pem",
         ],
         &[
-            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true"),
-            ("REDIS_TLS_CLIENT_CERT", "/c.pem"),
+            (vars::redis_tls_skip_hostname_verification.name, "true"),
+            (vars::redis_tls_client_cert.name, "/c.pem"),
         ],
     )
     .unwrap();
@@ -222,21 +228,21 @@ fn redis_defaults() {
     // READONLY redials by default; the reference's variable turns it off.
     let off = resolve(
         &["--store", "redis"],
-        &[("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "false")],
+        &[(vars::redis_close_connection_on_readonly_error.name, "false")],
     )
     .unwrap();
     assert!(!off.redis.unwrap().main.redial_on_readonly);
     let bad = resolve(
         &["--store", "redis"],
-        &[("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", "maybe")],
+        &[(vars::redis_close_connection_on_readonly_error.name, "maybe")],
     )
     .unwrap_err();
     assert!(
         bad.to_string()
-            .contains("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR"),
+            .contains(vars::redis_close_connection_on_readonly_error.name),
         "{bad}"
     );
-    let err = resolve(&["--store", "redis"], &[("REDIS_TYPE", "ring")]).unwrap_err();
+    let err = resolve(&["--store", "redis"], &[(vars::redis_type.name, "ring")]).unwrap_err();
     assert!(
         err.to_string().contains("single, sentinel or cluster"),
         "{err}"
@@ -248,10 +254,10 @@ fn prometheus_and_metrics_settings() {
     let s = resolve(
         &[],
         &[
-            ("USE_PROMETHEUS", "true"),
-            ("PROMETHEUS_ADDR", ":9191"),
-            ("PROMETHEUS_PATH", "/prom"),
-            ("NEAR_LIMIT_RATIO", "0.5"),
+            (vars::use_prometheus.name, "true"),
+            (vars::prometheus_addr.name, ":9191"),
+            (vars::prometheus_path.name, "/prom"),
+            (vars::near_limit_ratio.name, "0.5"),
         ],
     )
     .unwrap();
@@ -265,7 +271,7 @@ fn prometheus_and_metrics_settings() {
     .unwrap();
     assert_eq!(s.metrics_addr, Some("127.0.0.1:9".parse().unwrap()));
     assert!(resolve(&[], &[]).unwrap().metrics_addr.is_none());
-    let err = resolve(&[], &[("NEAR_LIMIT_RATIO", "2")]).unwrap_err();
+    let err = resolve(&[], &[(vars::near_limit_ratio.name, "2")]).unwrap_err();
     assert!(err.to_string().contains("between 0 and 1"), "{err}");
 }
 
@@ -277,33 +283,44 @@ fn bare_boolean_flag_means_true() {
 
 #[test]
 fn malformed_environment_is_named() {
-    let err = resolve(&[], &[("SHADOW_MODE", "yes")]).unwrap_err();
+    let err = resolve(&[], &[(vars::shadow_mode.name, "yes")]).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "environment variable SHADOW_MODE='yes' is not a boolean (true/false/1/0)"
+        format!(
+            "environment variable {}='yes' is not a boolean (true/false/1/0)",
+            vars::shadow_mode.name
+        )
     );
-    let err = resolve(&[], &[("GRPC_PORT", "http")]).unwrap_err();
+    let err = resolve(&[], &[(vars::grpc_port.name, "http")]).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "environment variable GRPC_PORT='http' is not a port number"
+        format!(
+            "environment variable {}='http' is not a port number",
+            vars::grpc_port.name
+        )
     );
-    let err = resolve(&[], &[("BACKEND_TYPE", "memcache")]).unwrap_err();
+    let err = resolve(&[], &[(vars::backend_type.name, "memcache")]).unwrap_err();
     assert!(err.to_string().contains("memory or redis"));
 }
 
 #[test]
 fn tls_settings() {
-    let s = resolve(&[], &[("GRPC_SERVER_TLS_CERT", "/c.pem")]).unwrap();
-    assert_eq!(s.serve.tls, None, "ignored without GRPC_SERVER_USE_TLS");
+    let s = resolve(&[], &[(vars::grpc_server_tls_cert.name, "/c.pem")]).unwrap();
+    assert_eq!(
+        s.serve.tls,
+        None,
+        "ignored without {}",
+        vars::grpc_server_use_tls.name
+    );
 
     let s = resolve(
         &["--grpc-client-tls-san", "client.example"],
         &[
-            ("GRPC_SERVER_USE_TLS", "true"),
-            ("GRPC_SERVER_TLS_CERT", "/tls/cert.pem"),
-            ("GRPC_SERVER_TLS_KEY", "/tls/key.pem"),
-            ("GRPC_CLIENT_TLS_CACERT", "/tls/ca.pem"),
-            ("GRPC_CLIENT_TLS_SAN", "other.example"),
+            (vars::grpc_server_use_tls.name, "true"),
+            (vars::grpc_server_tls_cert.name, "/tls/cert.pem"),
+            (vars::grpc_server_tls_key.name, "/tls/key.pem"),
+            (vars::grpc_client_tls_cacert.name, "/tls/ca.pem"),
+            (vars::grpc_client_tls_san.name, "other.example"),
         ],
     )
     .unwrap();
@@ -319,12 +336,17 @@ fn tls_settings() {
 
     let err = resolve(
         &["--grpc-server-use-tls"],
-        &[("GRPC_SERVER_TLS_CERT", "/c")],
+        &[(vars::grpc_server_tls_cert.name, "/c")],
     )
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
+        format!(
+            "{} needs {} and {}",
+            vars::grpc_server_use_tls.name,
+            vars::grpc_server_tls_cert.name,
+            vars::grpc_server_tls_key.name
+        )
     );
     let err = resolve(
         &[
@@ -341,7 +363,11 @@ fn tls_settings() {
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "GRPC_CLIENT_TLS_SAN needs GRPC_CLIENT_TLS_CACERT"
+        format!(
+            "{} needs {}",
+            vars::grpc_client_tls_san.name,
+            vars::grpc_client_tls_cacert.name
+        )
     );
 }
 
@@ -351,4 +377,88 @@ fn durations_parse() {
     assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
     assert!(parse_duration("10").is_err());
     assert!(parse_duration("s").is_err());
+}
+
+/// docs/settings.md's table is the one the declarations generate.
+#[test]
+fn the_settings_reference_is_generated_from_the_declarations() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/settings.md");
+    let document = std::fs::read_to_string(&path).unwrap();
+    let current = super::reference::current(&document).expect("docs/settings.md has the markers");
+    assert!(
+        current == super::reference::markdown(),
+        "docs/settings.md is out of date: run `cargo run -- settings-doc --write docs/settings.md`"
+    );
+}
+
+/// Each environment variable's name is written once under src/settings/:
+/// in its declaration. Everything else refers to the declaration.
+#[test]
+fn every_variable_name_is_written_once() {
+    fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                files(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut paths = Vec::new();
+    files(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/settings"),
+        &mut paths,
+    );
+    let texts: Vec<String> = paths
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    let is_word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut repeated = Vec::new();
+    for var in vars::ALL {
+        let lines = texts
+            .iter()
+            .flat_map(|text| text.lines())
+            .filter(|line| {
+                line.match_indices(var.name).any(|(at, _)| {
+                    !is_word(line[..at].chars().next_back())
+                        && !is_word(line[at + var.name.len()..].chars().next())
+                })
+            })
+            .count();
+        if lines != 1 {
+            repeated.push(format!("{} ({lines} lines)", var.name));
+        }
+    }
+    assert!(repeated.is_empty(), "written more than once: {repeated:?}");
+}
+
+/// Every flag of `serve` has its declaration (so --help and the reference
+/// name its variable), and every declared flag exists.
+#[test]
+fn flags_and_declarations_match() {
+    use clap::Args as _;
+    let command = ServeArgs::augment_args(clap::Command::new("serve"));
+    let longs: Vec<&str> = command
+        .get_arguments()
+        .filter_map(clap::Arg::get_long)
+        .collect();
+    let undeclared: Vec<&&str> = longs
+        .iter()
+        .filter(|long| !vars::ALL.iter().any(|v| v.flag == **long))
+        .collect();
+    assert!(
+        undeclared.is_empty(),
+        "flags without a declaration: {undeclared:?}"
+    );
+    let unknown: Vec<&str> = vars::ALL
+        .iter()
+        .filter(|v| !v.flag.is_empty() && !longs.contains(&v.flag))
+        .map(|v| v.name)
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "declared flags serve lacks: {unknown:?}"
+    );
 }

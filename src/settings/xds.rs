@@ -1,5 +1,5 @@
-//! Where rules come from: the rule directory (`CONFIG_TYPE=FILE`) or an
-//! xDS management server (`CONFIG_TYPE=GRPC_XDS_SOTW`), with the
+//! Where rules come from: the rule directory (`config_type=FILE`) or an
+//! xDS management server (`config_type=GRPC_XDS_SOTW`), with the
 //! reference's `CONFIG_GRPC_XDS_*` and `XDS_CLIENT_*` settings.
 
 use super::*;
@@ -19,60 +19,43 @@ pub enum ConfigType {
 /// Flags of the rule source; each falls back to its environment variable.
 #[derive(Debug, Clone, Default, Args)]
 pub struct XdsArgs {
-    /// Where rules come from: file or grpc-xds-sotw [env: CONFIG_TYPE (FILE or GRPC_XDS_SOTW)] [default: file]
-    #[arg(long, value_enum)]
-    pub config_type: Option<ConfigType>,
-    /// With xDS, serve before the first rules arrive (every domain unknown until then) [env: FORCE_START_WITHOUT_INITIAL_CONFIG]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub force_start_without_initial_config: Option<bool>,
-    /// host:port of the xDS (ADS) server [env: CONFIG_GRPC_XDS_SERVER_URL] [default: localhost:18000]
-    #[arg(long, value_name = "HOST:PORT")]
-    pub config_grpc_xds_server_url: Option<String>,
-    /// xDS node id [env: CONFIG_GRPC_XDS_NODE_ID] [default: default]
-    #[arg(long, value_name = "ID")]
-    pub config_grpc_xds_node_id: Option<String>,
-    /// xDS node metadata, `k1=v1,k2=v2` [env: CONFIG_GRPC_XDS_NODE_METADATA]
-    #[arg(long, value_name = "PAIRS")]
-    pub config_grpc_xds_node_metadata: Option<String>,
-    /// gRPC metadata sent to the xDS server, `k1:v1,k2:v2` [env: CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS]
-    #[arg(long, value_name = "PAIRS")]
-    pub config_grpc_xds_client_additional_headers: Option<String>,
-    /// Connect to the xDS server over TLS [env: CONFIG_GRPC_XDS_SERVER_USE_TLS]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub config_grpc_xds_server_use_tls: Option<bool>,
-    /// PEM client certificate for mTLS to the xDS server [env: CONFIG_GRPC_XDS_CLIENT_TLS_CERT]
-    #[arg(long, value_name = "FILE")]
-    pub config_grpc_xds_client_tls_cert: Option<PathBuf>,
-    /// PEM key of the xDS client certificate [env: CONFIG_GRPC_XDS_CLIENT_TLS_KEY]
-    #[arg(long, value_name = "FILE")]
-    pub config_grpc_xds_client_tls_key: Option<PathBuf>,
-    /// PEM CA bundle the xDS server's certificate must chain to [env: CONFIG_GRPC_XDS_SERVER_TLS_CACERT] [default: the system's roots]
-    #[arg(long, value_name = "FILE")]
-    pub config_grpc_xds_server_tls_cacert: Option<PathBuf>,
-    /// Name the xDS server's certificate must be valid for [env: CONFIG_GRPC_XDS_SERVER_TLS_SAN] [default: the server's host]
-    #[arg(long, value_name = "NAME")]
-    pub config_grpc_xds_server_tls_san: Option<String>,
-    /// Wait between failed connection attempts, ± 50 % [env: CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL] [default: 3s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub config_grpc_xds_server_connect_retry_interval: Option<Duration>,
-    /// First wait before reopening a broken xDS stream [env: XDS_CLIENT_BACKOFF_INITIAL_INTERVAL] [default: 10s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub xds_client_backoff_initial_interval: Option<Duration>,
-    /// Longest wait before reopening a broken xDS stream [env: XDS_CLIENT_BACKOFF_MAX_INTERVAL] [default: 60s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub xds_client_backoff_max_interval: Option<Duration>,
-    /// Spread of a reopen wait, ± this share of it [env: XDS_CLIENT_BACKOFF_RANDOM_FACTOR] [default: 0.5]
-    #[arg(long, value_name = "RATIO")]
-    pub xds_client_backoff_random_factor: Option<f64>,
-    /// Spread reopen waits at random [env: XDS_CLIENT_BACKOFF_JITTER] [default: true]
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
-    pub xds_client_backoff_jitter: Option<bool>,
-    /// Largest xDS response accepted [env: XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES] [default: 4194304]
-    #[arg(long, value_name = "BYTES")]
-    pub xds_client_max_msg_size_in_bytes: Option<usize>,
+    #[arg(long, value_enum, help = vars::config_type.help())]
+    pub(crate) config_type: Option<ConfigType>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::force_start_without_initial_config.help())]
+    pub(crate) force_start_without_initial_config: Option<bool>,
+    #[arg(long, value_name = "ADDR", help = vars::config_grpc_xds_server_url.help())]
+    pub(crate) config_grpc_xds_server_url: Option<String>,
+    #[arg(long, value_name = "ID", help = vars::config_grpc_xds_node_id.help())]
+    pub(crate) config_grpc_xds_node_id: Option<String>,
+    #[arg(long, value_name = "PAIRS", help = vars::config_grpc_xds_node_metadata.help())]
+    pub(crate) config_grpc_xds_node_metadata: Option<String>,
+    #[arg(long, value_name = "PAIRS", help = vars::config_grpc_xds_client_additional_headers.help())]
+    pub(crate) config_grpc_xds_client_additional_headers: Option<String>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::config_grpc_xds_server_use_tls.help())]
+    pub(crate) config_grpc_xds_server_use_tls: Option<bool>,
+    #[arg(long, value_name = "FILE", help = vars::config_grpc_xds_client_tls_cert.help())]
+    pub(crate) config_grpc_xds_client_tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", help = vars::config_grpc_xds_client_tls_key.help())]
+    pub(crate) config_grpc_xds_client_tls_key: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", help = vars::config_grpc_xds_server_tls_cacert.help())]
+    pub(crate) config_grpc_xds_server_tls_cacert: Option<PathBuf>,
+    #[arg(long, value_name = "NAME", help = vars::config_grpc_xds_server_tls_san.help())]
+    pub(crate) config_grpc_xds_server_tls_san: Option<String>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::config_grpc_xds_server_connect_retry_interval.help())]
+    pub(crate) config_grpc_xds_server_connect_retry_interval: Option<Duration>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::xds_client_backoff_initial_interval.help())]
+    pub(crate) xds_client_backoff_initial_interval: Option<Duration>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::xds_client_backoff_max_interval.help())]
+    pub(crate) xds_client_backoff_max_interval: Option<Duration>,
+    #[arg(long, value_name = "RATIO", help = vars::xds_client_backoff_random_factor.help())]
+    pub(crate) xds_client_backoff_random_factor: Option<f64>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::xds_client_backoff_jitter.help())]
+    pub(crate) xds_client_backoff_jitter: Option<bool>,
+    #[arg(long, value_name = "BYTES", help = vars::xds_client_max_msg_size_in_bytes.help())]
+    pub(crate) xds_client_max_msg_size_in_bytes: Option<usize>,
 }
 
-/// The xDS client's options when `CONFIG_TYPE` is `GRPC_XDS_SOTW`, `None`
+/// The xDS client's options when `config_type` is `GRPC_XDS_SOTW`, `None`
 /// for rule files.
 pub(super) fn xds_options<'a>(
     args: &XdsArgs,
@@ -80,8 +63,8 @@ pub(super) fn xds_options<'a>(
 ) -> Result<Option<XdsOptions>, SettingsError> {
     let config_type = choice(
         args.config_type,
-        get("CONFIG_TYPE"),
-        "CONFIG_TYPE",
+        get(vars::config_type.name),
+        vars::config_type.name,
         "FILE or GRPC_XDS_SOTW",
         ConfigType::File,
     )?;
@@ -95,47 +78,50 @@ pub(super) fn xds_options<'a>(
     let defaults = XdsOptions::default();
     let tls = if boolean(
         args.config_grpc_xds_server_use_tls,
-        get("CONFIG_GRPC_XDS_SERVER_USE_TLS"),
-        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        get(vars::config_grpc_xds_server_use_tls.name),
+        vars::config_grpc_xds_server_use_tls.name,
     )? {
         let tls = XdsTls {
             ca_cert: path(
                 &args.config_grpc_xds_server_tls_cacert,
-                "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                vars::config_grpc_xds_server_tls_cacert.name,
             ),
             client_cert: path(
                 &args.config_grpc_xds_client_tls_cert,
-                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+                vars::config_grpc_xds_client_tls_cert.name,
             ),
             client_key: path(
                 &args.config_grpc_xds_client_tls_key,
-                "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+                vars::config_grpc_xds_client_tls_key.name,
             ),
             san: text(
                 &args.config_grpc_xds_server_tls_san,
-                "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+                vars::config_grpc_xds_server_tls_san.name,
             ),
         };
         if tls.client_cert.is_some() != tls.client_key.is_some() {
             return Err(SettingsError::Missing {
-                setting: "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-                needs: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY (the two go together)",
+                setting: vars::config_grpc_xds_client_tls_cert.name,
+                needs: format!(
+                    "{} (the two go together)",
+                    vars::config_grpc_xds_client_tls_key.name
+                ),
             });
         }
         Some(tls)
     } else {
-        // As the reference: without CONFIG_GRPC_XDS_SERVER_USE_TLS the
+        // As the reference: without config_grpc_xds_server_use_tls the
         // other TLS settings are ignored.
         None
     };
     let headers = text(
         &args.config_grpc_xds_client_additional_headers,
-        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+        vars::config_grpc_xds_client_additional_headers.name,
     );
     let additional_headers = match headers {
         None => Vec::new(),
         Some(text) => header_pairs(&text).ok_or(SettingsError::InvalidEnv {
-            var: "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            var: vars::config_grpc_xds_client_additional_headers.name,
             value: text,
             expected: "a list such as k1:v1,k2:v2",
         })?,
@@ -144,43 +130,46 @@ pub(super) fn xds_options<'a>(
     let backoff = Backoff {
         initial: duration(
             args.xds_client_backoff_initial_interval,
-            get("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"),
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+            get(vars::xds_client_backoff_initial_interval.name),
+            vars::xds_client_backoff_initial_interval.name,
             backoff_defaults.initial,
         )?,
         max: duration(
             args.xds_client_backoff_max_interval,
-            get("XDS_CLIENT_BACKOFF_MAX_INTERVAL"),
-            "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+            get(vars::xds_client_backoff_max_interval.name),
+            vars::xds_client_backoff_max_interval.name,
             backoff_defaults.max,
         )?,
         random_factor: pick(
             args.xds_client_backoff_random_factor,
-            get("XDS_CLIENT_BACKOFF_RANDOM_FACTOR"),
-            "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+            get(vars::xds_client_backoff_random_factor.name),
+            vars::xds_client_backoff_random_factor.name,
             "a ratio between 0 and 1",
             |t| t.parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r)),
             backoff_defaults.random_factor,
         )?,
         jitter: match (
             args.xds_client_backoff_jitter,
-            get("XDS_CLIENT_BACKOFF_JITTER"),
+            get(vars::xds_client_backoff_jitter.name),
         ) {
             (None, None) => backoff_defaults.jitter,
-            (flag, env) => boolean(flag, env, "XDS_CLIENT_BACKOFF_JITTER")?,
+            (flag, env) => boolean(flag, env, vars::xds_client_backoff_jitter.name)?,
         },
     };
     Ok(Some(XdsOptions {
         server_url: text(
             &args.config_grpc_xds_server_url,
-            "CONFIG_GRPC_XDS_SERVER_URL",
+            vars::config_grpc_xds_server_url.name,
         )
         .unwrap_or(defaults.server_url),
-        node_id: text(&args.config_grpc_xds_node_id, "CONFIG_GRPC_XDS_NODE_ID")
-            .unwrap_or(defaults.node_id),
+        node_id: text(
+            &args.config_grpc_xds_node_id,
+            vars::config_grpc_xds_node_id.name,
+        )
+        .unwrap_or(defaults.node_id),
         node_metadata: text(
             &args.config_grpc_xds_node_metadata,
-            "CONFIG_GRPC_XDS_NODE_METADATA",
+            vars::config_grpc_xds_node_metadata.name,
         )
         .map(|text| metadata_pairs(&text))
         .unwrap_or_default(),
@@ -188,15 +177,15 @@ pub(super) fn xds_options<'a>(
         tls,
         max_message_bytes: number(
             args.xds_client_max_msg_size_in_bytes,
-            get("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"),
-            "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+            get(vars::xds_client_max_msg_size_in_bytes.name),
+            vars::xds_client_max_msg_size_in_bytes.name,
             defaults.max_message_bytes,
         )?,
         backoff,
         connect_retry_interval: duration(
             args.config_grpc_xds_server_connect_retry_interval,
-            get("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL"),
-            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+            get(vars::config_grpc_xds_server_connect_retry_interval.name),
+            vars::config_grpc_xds_server_connect_retry_interval.name,
             defaults.connect_retry_interval,
         )?,
     }))
@@ -248,20 +237,23 @@ mod tests {
         let s = resolve(&[], &[]).unwrap();
         assert_eq!(s.xds, None);
         assert!(!s.force_start_without_initial_config);
-        let s = resolve(&[], &[("CONFIG_TYPE", "FILE")]).unwrap();
+        let s = resolve(&[], &[(vars::config_type.name, "FILE")]).unwrap();
         assert_eq!(s.xds, None);
-        let s = resolve(&[], &[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).unwrap();
+        let s = resolve(&[], &[(vars::config_type.name, "GRPC_XDS_SOTW")]).unwrap();
         assert_eq!(s.xds, Some(XdsOptions::default()));
         let s = resolve(
             &["--config-type", "grpc-xds-sotw"],
-            &[("CONFIG_TYPE", "FILE")],
+            &[(vars::config_type.name, "FILE")],
         )
         .unwrap();
         assert!(s.xds.is_some());
-        let err = resolve(&[], &[("CONFIG_TYPE", "GRPC_XDS_DELTA")]).unwrap_err();
+        let err = resolve(&[], &[(vars::config_type.name, "GRPC_XDS_DELTA")]).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "environment variable CONFIG_TYPE='GRPC_XDS_DELTA' is not FILE or GRPC_XDS_SOTW"
+            format!(
+                "environment variable {}='GRPC_XDS_DELTA' is not FILE or GRPC_XDS_SOTW",
+                vars::config_type.name
+            )
         );
     }
 
@@ -270,23 +262,32 @@ mod tests {
         let s = resolve(
             &[],
             &[
-                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-                ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
-                ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
-                ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
-                ("CONFIG_GRPC_XDS_NODE_METADATA", "zone=a"),
-                ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant:blue"),
-                ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
-                ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
-                ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
-                ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
-                ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "envoy-gateway"),
-                ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "1s"),
-                ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "2s"),
-                ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "30s"),
-                ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.2"),
-                ("XDS_CLIENT_BACKOFF_JITTER", "false"),
-                ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1024"),
+                (vars::config_type.name, "GRPC_XDS_SOTW"),
+                (vars::force_start_without_initial_config.name, "true"),
+                (vars::config_grpc_xds_server_url.name, "envoy-gateway:18001"),
+                (vars::config_grpc_xds_node_id.name, "envoy-ratelimit"),
+                (vars::config_grpc_xds_node_metadata.name, "zone=a"),
+                (
+                    vars::config_grpc_xds_client_additional_headers.name,
+                    "x-tenant:blue",
+                ),
+                (vars::config_grpc_xds_server_use_tls.name, "true"),
+                (vars::config_grpc_xds_client_tls_cert.name, "/certs/tls.crt"),
+                (vars::config_grpc_xds_client_tls_key.name, "/certs/tls.key"),
+                (
+                    vars::config_grpc_xds_server_tls_cacert.name,
+                    "/certs/ca.crt",
+                ),
+                (vars::config_grpc_xds_server_tls_san.name, "envoy-gateway"),
+                (
+                    vars::config_grpc_xds_server_connect_retry_interval.name,
+                    "1s",
+                ),
+                (vars::xds_client_backoff_initial_interval.name, "2s"),
+                (vars::xds_client_backoff_max_interval.name, "30s"),
+                (vars::xds_client_backoff_random_factor.name, "0.2"),
+                (vars::xds_client_backoff_jitter.name, "false"),
+                (vars::xds_client_max_msg_size_in_bytes.name, "1024"),
             ],
         )
         .unwrap();
@@ -318,7 +319,7 @@ mod tests {
     fn tls_files_are_ignored_without_use_tls_and_must_pair_with_it() {
         let s = resolve(
             &["--config-type=grpc-xds-sotw"],
-            &[("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt")],
+            &[(vars::config_grpc_xds_client_tls_cert.name, "/certs/tls.crt")],
         )
         .unwrap();
         assert_eq!(s.xds.unwrap().tls, None);
@@ -327,7 +328,7 @@ mod tests {
                 "--config-type=grpc-xds-sotw",
                 "--config-grpc-xds-server-use-tls",
             ],
-            &[("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt")],
+            &[(vars::config_grpc_xds_client_tls_cert.name, "/certs/tls.crt")],
         )
         .unwrap_err();
         assert!(matches!(err, SettingsError::Missing { .. }), "{err}");
@@ -336,12 +337,19 @@ mod tests {
     #[test]
     fn malformed_xds_values_name_their_variable() {
         for (var, value) in [
-            ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-tenant"),
-            ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
-            ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "soon"),
-            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "big"),
+            (
+                vars::config_grpc_xds_client_additional_headers.name,
+                "x-tenant",
+            ),
+            (vars::xds_client_backoff_random_factor.name, "2"),
+            (vars::xds_client_backoff_initial_interval.name, "soon"),
+            (vars::xds_client_max_msg_size_in_bytes.name, "big"),
         ] {
-            let err = resolve(&[], &[("CONFIG_TYPE", "GRPC_XDS_SOTW"), (var, value)]).unwrap_err();
+            let err = resolve(
+                &[],
+                &[(vars::config_type.name, "GRPC_XDS_SOTW"), (var, value)],
+            )
+            .unwrap_err();
             assert!(
                 matches!(&err, SettingsError::InvalidEnv { var: v, .. } if *v == var),
                 "{err}"

@@ -6,8 +6,8 @@
 //! of buckets; each bucket's update is atomic (a Lua script on Redis, one
 //! lock in memory): the member's demand is measured on floodgate's clock
 //! (requests since its last report over the time since then, at least a
-//! second), its target computed by [`split::targets`] and its grant by
-//! [`split::grant`], so the grants of all members never add up to more
+//! second), its target computed by [`quota_split::targets`](crate::algorithm::quota_split::targets) and its grant by
+//! [`quota_split::grant`](crate::algorithm::quota_split::grant), so the grants of all members never add up to more
 //! than the budget. Members not seen for `stale` are dropped: by then the
 //! assignments they held have expired in their Envoys.
 //!
@@ -40,7 +40,7 @@ pub struct DemandReport {
 /// What the registry answers for one [`DemandReport`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
-    /// Units of the budget ([`split::UNITS`]) the member now holds.
+    /// Units of the budget ([`quota_split::UNITS`](crate::algorithm::quota_split::UNITS)) the member now holds.
     pub units: u64,
     /// Live members of the bucket, this one included.
     pub members: u64,

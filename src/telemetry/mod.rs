@@ -36,16 +36,15 @@ pub enum TelemetryError {
     LogAlreadySet(#[source] log::SetLoggerError),
 }
 
-/// Installs a global subscriber writing to stderr. `RUST_LOG`, when set in
-/// `rust_log`, wins over `level` (LOG_LEVEL).
+/// Installs a global subscriber writing to stderr, filtered by `directive`
+/// (settings resolve it: `RUST_LOG`, else the log level).
 ///
 /// # Errors
 ///
 /// [`TelemetryError`] if the filter is invalid or a subscriber exists.
-pub fn init(level: &str, rust_log: Option<&str>, format: LogFormat) -> Result<(), TelemetryError> {
+pub fn init(directive: &str, format: LogFormat) -> Result<(), TelemetryError> {
     use tracing_subscriber::layer::SubscriberExt as _;
 
-    let directive = rust_log.filter(|s| !s.is_empty()).unwrap_or(level);
     let filter =
         EnvFilter::builder()
             .parse(directive)

@@ -7,21 +7,24 @@ fn envoy_gateway_environment_resolves() {
     let s = resolve(
         &[],
         &[
-            ("RUNTIME_ROOT", "/data"),
-            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-            ("RUNTIME_IGNOREDOTFILES", "true"),
-            ("RUNTIME_WATCH_ROOT", "false"),
-            ("LOG_LEVEL", "info"),
-            ("USE_STATSD", "false"),
-            ("GRPC_SERVER_USE_TLS", "true"),
-            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
-            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
-            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
-            ("REDIS_SOCKET_TYPE", "tcp"),
-            ("REDIS_URL", "redis.redis.svc:6379"),
-            ("USE_PROMETHEUS", "true"),
-            ("PROMETHEUS_ADDR", ":19001"),
-            ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+            (vars::runtime_root.name, "/data"),
+            (vars::runtime_subdirectory.name, "ratelimit"),
+            (vars::runtime_ignoredotfiles.name, "true"),
+            (vars::runtime_watch_root.name, "false"),
+            (vars::log_level.name, "info"),
+            (vars::use_statsd.name, "false"),
+            (vars::grpc_server_use_tls.name, "true"),
+            (vars::grpc_server_tls_cert.name, "/certs/tls.crt"),
+            (vars::grpc_server_tls_key.name, "/certs/tls.key"),
+            (vars::grpc_server_tls_ca_cert.name, "/certs/ca.crt"),
+            (vars::redis_socket_type.name, "tcp"),
+            (vars::redis_url.name, "redis.redis.svc:6379"),
+            (vars::use_prometheus.name, "true"),
+            (vars::prometheus_addr.name, ":19001"),
+            (
+                vars::prometheus_mapper_yaml.name,
+                "/etc/statsd-exporter/conf.yaml",
+            ),
         ],
     )
     .unwrap();
@@ -32,8 +35,10 @@ fn envoy_gateway_environment_resolves() {
     let tls = s.serve.tls.unwrap();
     assert_eq!(tls.cert, PathBuf::from("/certs/tls.crt"));
     assert_eq!(
-        tls.client_ca, None,
-        "GRPC_SERVER_TLS_CA_CERT asks for no mTLS"
+        tls.client_ca,
+        None,
+        "{} asks for no mTLS",
+        vars::grpc_server_tls_ca_cert.name
     );
     assert_eq!(s.metrics_addr, Some("0.0.0.0:19001".parse().unwrap()));
     assert_eq!(
@@ -46,15 +51,21 @@ fn envoy_gateway_environment_resolves() {
     assert_eq!(
         ignored,
         [
-            "GRPC_SERVER_TLS_CA_CERT",
-            "RUNTIME_WATCH_ROOT",
-            "REDIS_SOCKET_TYPE"
+            vars::grpc_server_tls_ca_cert.name,
+            vars::runtime_watch_root.name,
+            vars::redis_socket_type.name
         ]
     );
-    let err = resolve(&[], &[("REDIS_SOCKET_TYPE", "udp")]).unwrap_err();
-    assert!(err.to_string().contains("REDIS_SOCKET_TYPE"), "{err}");
-    let err = resolve(&[], &[("RUNTIME_WATCH_ROOT", "maybe")]).unwrap_err();
-    assert!(err.to_string().contains("RUNTIME_WATCH_ROOT"), "{err}");
+    let err = resolve(&[], &[(vars::redis_socket_type.name, "udp")]).unwrap_err();
+    assert!(
+        err.to_string().contains(vars::redis_socket_type.name),
+        "{err}"
+    );
+    let err = resolve(&[], &[(vars::runtime_watch_root.name, "maybe")]).unwrap_err();
+    assert!(
+        err.to_string().contains(vars::runtime_watch_root.name),
+        "{err}"
+    );
 }
 #[test]
 fn logrus_level_names_are_understood() {
@@ -66,7 +77,9 @@ fn logrus_level_names_are_understood() {
         ("DEBUG", "debug"),
     ] {
         assert_eq!(
-            resolve(&[], &[("LOG_LEVEL", given)]).unwrap().log_level,
+            resolve(&[], &[(vars::log_level.name, given)])
+                .unwrap()
+                .log_level,
             want
         );
     }
@@ -74,13 +87,17 @@ fn logrus_level_names_are_understood() {
 #[test]
 fn debug_listener_only_when_asked() {
     assert!(resolve(&[], &[]).unwrap().stats.debug_addr.is_none());
-    let s = resolve(&[], &[("DEBUG_PORT", "6070")]).unwrap();
+    let s = resolve(&[], &[(vars::debug_port.name, "6070")]).unwrap();
     assert_eq!(s.stats.debug_addr, Some("127.0.0.1:6070".parse().unwrap()));
-    let s = resolve(&[], &[("DEBUG_HOST", "0.0.0.0")]).unwrap();
+    let s = resolve(&[], &[(vars::debug_host.name, "0.0.0.0")]).unwrap();
     assert_eq!(s.stats.debug_addr, Some("0.0.0.0:6070".parse().unwrap()));
-    let s = resolve(&["--debug-addr", "127.0.0.1:7"], &[("DEBUG_PORT", "1")]).unwrap();
+    let s = resolve(
+        &["--debug-addr", "127.0.0.1:7"],
+        &[(vars::debug_port.name, "1")],
+    )
+    .unwrap();
     assert_eq!(s.stats.debug_addr, Some("127.0.0.1:7".parse().unwrap()));
-    assert!(resolve(&[], &[("DEBUG_PORT", "x")]).is_err());
+    assert!(resolve(&[], &[(vars::debug_port.name, "x")]).is_err());
 }
 #[test]
 fn statsd_follows_the_reference_defaults_and_exclusions() {
@@ -94,11 +111,11 @@ fn statsd_follows_the_reference_defaults_and_exclusions() {
     let s = resolve(
         &[],
         &[
-            ("STATSD_HOST", "127.0.0.1"),
-            ("STATSD_PORT", "9125"),
-            ("STATSD_PROTOCOL", "UDP"),
-            ("STATS_FLUSH_INTERVAL", "250ms"),
-            ("EXTRA_TAGS", "env:prod,zone:eu.1"),
+            (vars::statsd_host.name, "127.0.0.1"),
+            (vars::statsd_port.name, "9125"),
+            (vars::statsd_protocol.name, "UDP"),
+            (vars::stats_flush_interval.name, "250ms"),
+            (vars::extra_tags.name, "env:prod,zone:eu.1"),
         ],
     )
     .unwrap();
@@ -109,40 +126,44 @@ fn statsd_follows_the_reference_defaults_and_exclusions() {
     assert_eq!(statsd.tags.apply("x"), "x.__env=prod.__zone=eu_1");
 
     // Prometheus alone wins over the statsd default; both on is refused.
-    let s = resolve(&[], &[("USE_PROMETHEUS", "true")]).unwrap();
+    let s = resolve(&[], &[(vars::use_prometheus.name, "true")]).unwrap();
     assert!(s.stats.statsd.is_none() && s.metrics_addr.is_some());
-    for other in ["USE_STATSD", "USE_DOG_STATSD"] {
-        let err = resolve(&[], &[("USE_PROMETHEUS", "true"), (other, "true")]).unwrap_err();
+    for other in [vars::use_statsd.name, vars::use_dog_statsd.name] {
+        let err =
+            resolve(&[], &[(vars::use_prometheus.name, "true"), (other, "true")]).unwrap_err();
         assert!(matches!(err, SettingsError::Conflict { .. }), "{err}");
     }
-    let s = resolve(&[], &[("USE_STATSD", "false")]).unwrap();
+    let s = resolve(&[], &[(vars::use_statsd.name, "false")]).unwrap();
     assert!(s.stats.statsd.is_none());
     assert!(!s.stats.response_time_as_ms);
     let s = resolve(
         &[],
         &[
-            ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
-            ("REDIS_PERSECOND_SOCKET_TYPE", "unix"),
+            (vars::prometheus_response_time_as_milliseconds.name, "true"),
+            (vars::redis_persecond_socket_type.name, "unix"),
         ],
     )
     .unwrap();
     assert!(s.stats.response_time_as_ms);
     assert_eq!(
         s.stats.ignored,
-        [("REDIS_PERSECOND_SOCKET_TYPE", s.stats.ignored[0].1)]
+        [(vars::redis_persecond_socket_type.name, s.stats.ignored[0].1)]
     );
     let s = resolve(
         &[],
-        &[("DISABLE_STATS", "true"), ("USE_PROMETHEUS", "true")],
+        &[
+            (vars::disable_stats.name, "true"),
+            (vars::use_prometheus.name, "true"),
+        ],
     )
     .unwrap();
     assert!(s.stats.statsd.is_none() && s.metrics_addr.is_none());
 
     for (var, value) in [
-        ("STATSD_PROTOCOL", "sctp"),
-        ("STATSD_PORT", "99999"),
-        ("STATS_FLUSH_INTERVAL", "0s"),
-        ("EXTRA_TAGS", "novalue"),
+        (vars::statsd_protocol.name, "sctp"),
+        (vars::statsd_port.name, "99999"),
+        (vars::stats_flush_interval.name, "0s"),
+        (vars::extra_tags.name, "novalue"),
     ] {
         let err = resolve(&[], &[(var, value)]).unwrap_err();
         assert!(err.to_string().contains(var), "{err}");
@@ -154,9 +175,9 @@ fn dogstatsd_mogrifiers_come_from_the_environment() {
     let s = resolve(
         &[],
         &[
-            ("USE_STATSD", "false"),
-            ("USE_DOG_STATSD", "true"),
-            ("USE_DOG_STATSD_MOGRIFIERS", "TAG"),
+            (vars::use_statsd.name, "false"),
+            (vars::use_dog_statsd.name, "true"),
+            (vars::use_dog_statsd_mogrifiers.name, "TAG"),
             ("DOG_STATSD_MOGRIFIER_TAG_PATTERN", r"^ratelimit\.(.*)$"),
             ("DOG_STATSD_MOGRIFIER_TAG_NAME", "rl.$1"),
             ("DOG_STATSD_MOGRIFIER_TAG_TAGS", "kind:$1,static:x"),
@@ -178,8 +199,8 @@ fn dogstatsd_mogrifiers_come_from_the_environment() {
         ]
     );
     let base = [
-        ("USE_DOG_STATSD", "true"),
-        ("USE_DOG_STATSD_MOGRIFIERS", "M"),
+        (vars::use_dog_statsd.name, "true"),
+        (vars::use_dog_statsd_mogrifiers.name, "M"),
     ];
     for (extra, want) in [
         (vec![], "no PATTERN specified for mogrifier M"),
@@ -210,24 +231,27 @@ fn remaining_reference_variables_reach_their_options() {
     let s = resolve(
         &[],
         &[
-            ("RUNTIME_ROOT", "/srv/rt"),
-            ("RUNTIME_APPDIRECTORY", "rules"),
-            ("MERGE_DOMAIN_CONFIG", "true"),
-            ("QUOTA_MODE", "true"),
-            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
-            ("LIMIT_LIMIT_HEADER", "X-Limit"),
-            ("LIMIT_REMAINING_HEADER", "X-Remaining"),
-            ("REDIS_URL", "mymaster,127.0.0.1:26379,127.0.0.1:26380"),
-            ("REDIS_TYPE", "SENTINEL"),
-            ("REDIS_POOL_SIZE", "4"),
-            ("REDIS_SENTINEL_AUTH", "sentinel-secret"),
-            ("REDIS_PERSECOND", "true"),
-            ("REDIS_PERSECOND_URL", "127.0.0.1:6380"),
-            ("REDIS_PERSECOND_POOL_SIZE", "3"),
-            ("REDIS_PERSECOND_AUTH", "per-second-secret"),
-            ("REDIS_PERSECOND_SENTINEL_AUTH", "ps-sentinel"),
-            ("REDIS_PERSECOND_TIMEOUT", "40ms"),
-            ("REDIS_PERSECOND_TLS", "true"),
+            (vars::runtime_root.name, "/srv/rt"),
+            (vars::runtime_appdirectory.name, "rules"),
+            (vars::merge_domain_config.name, "true"),
+            (vars::quota_mode.name, "true"),
+            (vars::limit_response_headers_enabled.name, "true"),
+            (vars::limit_limit_header.name, "X-Limit"),
+            (vars::limit_remaining_header.name, "X-Remaining"),
+            (
+                vars::redis_url.name,
+                "mymaster,127.0.0.1:26379,127.0.0.1:26380",
+            ),
+            (vars::redis_type.name, "SENTINEL"),
+            (vars::redis_pool_size.name, "4"),
+            (vars::redis_sentinel_auth.name, "sentinel-secret"),
+            (vars::redis_persecond.name, "true"),
+            (vars::redis_persecond_url.name, "127.0.0.1:6380"),
+            (vars::redis_persecond_pool_size.name, "3"),
+            (vars::redis_persecond_auth.name, "per-second-secret"),
+            (vars::redis_persecond_sentinel_auth.name, "ps-sentinel"),
+            (vars::redis_persecond_timeout.name, "40ms"),
+            (vars::redis_persecond_tls.name, "true"),
         ],
     )
     .unwrap();
@@ -265,11 +289,11 @@ fn rlqs_settings_from_flags_and_env() {
             "2m",
         ],
         &[
-            ("RLQS_ASSIGNMENT_TTL", "100ms"),
-            ("RLQS_MAX_BUCKETS_PER_STREAM", "7"),
-            ("RLQS_UNMATCHED_BEHAVIOR", "allow"),
-            ("MAX_DESCRIPTOR_ENTRIES", "4"),
-            ("SHADOW_MODE", "true"),
+            (vars::rlqs_assignment_ttl.name, "100ms"),
+            (vars::rlqs_max_buckets_per_stream.name, "7"),
+            (vars::rlqs_unmatched_behavior.name, "allow"),
+            (vars::max_descriptor_entries.name, "4"),
+            (vars::shadow_mode.name, "true"),
         ],
     )
     .unwrap();
@@ -281,9 +305,12 @@ fn rlqs_settings_from_flags_and_env() {
     assert_eq!(rlqs.bounds.max_buckets, 7);
     assert_eq!(rlqs.bounds.max_entries, 4);
     assert!(rlqs.global_shadow_mode);
-    let err = resolve(&[], &[("RLQS_UNMATCHED_BEHAVIOR", "maybe")]).unwrap_err();
+    let err = resolve(&[], &[(vars::rlqs_unmatched_behavior.name, "maybe")]).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "environment variable RLQS_UNMATCHED_BEHAVIOR='maybe' is not allow or deny"
+        format!(
+            "environment variable {}='maybe' is not allow or deny",
+            vars::rlqs_unmatched_behavior.name
+        )
     );
 }

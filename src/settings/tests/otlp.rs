@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn tracing_is_off_unless_enabled_and_has_the_reference_defaults() {
     assert!(resolve(&[], &[]).unwrap().tracing.is_none());
-    let t = resolve(&[], &[("TRACING_ENABLED", "true")])
+    let t = resolve(&[], &[(vars::tracing_enabled.name, "true")])
         .unwrap()
         .tracing
         .unwrap();
@@ -32,16 +32,16 @@ fn tracing_reads_envoy_gateways_variables() {
     let t = resolve(
         &[],
         &[
-            ("TRACING_ENABLED", "true"),
-            ("TRACING_SERVICE_NAME", "ratelimit"),
-            ("TRACING_SERVICE_NAMESPACE", "envoy-gateway-system"),
-            ("TRACING_SERVICE_INSTANCE_ID", "pod-7"),
-            ("TRACING_SAMPLING_RATE", "0.25"),
+            (vars::tracing_enabled.name, "true"),
+            (vars::tracing_service_name.name, "ratelimit"),
+            (vars::tracing_service_namespace.name, "envoy-gateway-system"),
+            (vars::tracing_service_instance_id.name, "pod-7"),
+            (vars::tracing_sampling_rate.name, "0.25"),
             (
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                vars::otel_exporter_otlp_endpoint.name,
                 "http://otel-collector.monitoring:4318/",
             ),
-            ("OTEL_BSP_SCHEDULE_DELAY", "250"),
+            (vars::otel_bsp_schedule_delay.name, "250"),
         ],
     )
     .unwrap()
@@ -60,9 +60,12 @@ fn tracing_reads_envoy_gateways_variables() {
     let grpc = resolve(
         &[],
         &[
-            ("TRACING_ENABLED", "1"),
-            ("TRACING_EXPORTER_PROTOCOL", "GRPC"),
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            (vars::tracing_enabled.name, "1"),
+            (vars::tracing_exporter_protocol.name, "GRPC"),
+            (
+                vars::otel_exporter_otlp_endpoint.name,
+                "http://collector:4317",
+            ),
         ],
     )
     .unwrap()
@@ -75,7 +78,7 @@ fn tracing_reads_envoy_gateways_variables() {
 #[test]
 fn tracing_endpoint_follows_the_otlp_precedence() {
     let endpoint = |args: &[&str], vars: &[(&str, &str)]| {
-        let mut all = vec![("TRACING_ENABLED", "true")];
+        let mut all = vec![(vars::tracing_enabled.name, "true")];
         all.extend_from_slice(vars);
         resolve(args, &all).map(|s| s.tracing.unwrap().endpoint)
     };
@@ -85,10 +88,13 @@ fn tracing_endpoint_follows_the_otlp_precedence() {
             &["--otlp-endpoint", "http://flag:4318"],
             &[
                 (
-                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    vars::otel_exporter_otlp_traces_endpoint.name,
                     "http://traces:9/custom"
                 ),
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://generic:4318"),
+                (
+                    vars::otel_exporter_otlp_endpoint.name,
+                    "http://generic:4318"
+                ),
             ]
         )
         .unwrap(),
@@ -97,7 +103,10 @@ fn tracing_endpoint_follows_the_otlp_precedence() {
     assert_eq!(
         endpoint(
             &["--otlp-endpoint", "http://flag:4318"],
-            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://generic:4318")]
+            &[(
+                vars::otel_exporter_otlp_endpoint.name,
+                "http://generic:4318"
+            )]
         )
         .unwrap(),
         "http://flag:4318/v1/traces"
@@ -107,21 +116,24 @@ fn tracing_endpoint_follows_the_otlp_precedence() {
         endpoint(
             &[],
             &[
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
-                ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+                (vars::otel_exporter_otlp_endpoint.name, "collector:4318"),
+                (vars::otel_exporter_otlp_insecure.name, "true"),
             ]
         )
         .unwrap(),
         "http://collector:4318/v1/traces"
     );
     for (var, bad) in [
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+        (vars::otel_exporter_otlp_endpoint.name, "collector:4318"),
         (
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            vars::otel_exporter_otlp_endpoint.name,
+            "https://collector:4318",
+        ),
+        (
+            vars::otel_exporter_otlp_traces_endpoint.name,
             "https://collector/v1/traces",
         ),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"),
+        (vars::otel_exporter_otlp_endpoint.name, "http://"),
     ] {
         let err = endpoint(&[], &[(var, bad)]).unwrap_err();
         assert!(err.to_string().contains(var), "{err}");
@@ -134,12 +146,15 @@ fn tracing_headers_merge_and_decode() {
     let t = resolve(
         &[],
         &[
-            ("TRACING_ENABLED", "true"),
+            (vars::tracing_enabled.name, "true"),
             (
-                "OTEL_EXPORTER_OTLP_HEADERS",
+                vars::otel_exporter_otlp_headers.name,
                 "Authorization=Basic%20abc, x-a=1",
             ),
-            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-a=2,x-b=%3D"),
+            (
+                vars::otel_exporter_otlp_traces_headers.name,
+                "x-a=2,x-b=%3D",
+            ),
         ],
     )
     .unwrap()
@@ -157,13 +172,14 @@ fn tracing_headers_merge_and_decode() {
         let err = resolve(
             &[],
             &[
-                ("TRACING_ENABLED", "true"),
-                ("OTEL_EXPORTER_OTLP_HEADERS", bad),
+                (vars::tracing_enabled.name, "true"),
+                (vars::otel_exporter_otlp_headers.name, bad),
             ],
         )
         .unwrap_err();
         assert!(
-            err.to_string().contains("OTEL_EXPORTER_OTLP_HEADERS"),
+            err.to_string()
+                .contains(vars::otel_exporter_otlp_headers.name),
             "{err}"
         );
     }
@@ -172,12 +188,12 @@ fn tracing_headers_merge_and_decode() {
 #[test]
 fn tracing_rejects_bad_values_by_name() {
     for (var, bad) in [
-        ("TRACING_EXPORTER_PROTOCOL", "udp"),
-        ("TRACING_SAMPLING_RATE", "half"),
-        ("TRACING_SAMPLING_RATE", "NaN"),
-        ("OTEL_BSP_SCHEDULE_DELAY", "5s"),
+        (vars::tracing_exporter_protocol.name, "udp"),
+        (vars::tracing_sampling_rate.name, "half"),
+        (vars::tracing_sampling_rate.name, "NaN"),
+        (vars::otel_bsp_schedule_delay.name, "5s"),
     ] {
-        let err = resolve(&[], &[("TRACING_ENABLED", "true"), (var, bad)]).unwrap_err();
+        let err = resolve(&[], &[(vars::tracing_enabled.name, "true"), (var, bad)]).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with(&format!("environment variable {var}='{bad}'")),
@@ -185,5 +201,5 @@ fn tracing_rejects_bad_values_by_name() {
         );
     }
     // Tracing off: its variables are not read.
-    assert!(resolve(&[], &[("TRACING_SAMPLING_RATE", "half")]).is_ok());
+    assert!(resolve(&[], &[(vars::tracing_sampling_rate.name, "half")]).is_ok());
 }
