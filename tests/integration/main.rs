@@ -1,29 +1,17 @@
-//! floodgate's integration tests: one binary, real servers on free loopback
-//! ports, started and stopped by each test.
+//! floodgate's first integration tier: needs nothing but the floodgate
+//! binary (no redis-server, Envoy, Chromium or Prometheus on PATH). Real
+//! servers on free loopback ports, started and stopped by each test; the
+//! other tiers are named by what they need (`redis`, `envoy`, `chromium`,
+//! `prometheus_kubectl`).
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod cli;
-mod cluster;
-mod conformance;
-mod e2e;
-mod e2e_rlqs;
-mod faults;
-mod gateway;
 mod grpc;
-mod hostile;
 mod http;
-mod insight;
-mod metadata;
-mod model;
-mod ops;
-mod otel;
-mod page;
-mod redis;
 mod reload;
-mod rlqs;
 mod snapshot;
 mod tls;
 mod xds;

@@ -1,16 +1,9 @@
 //! gRPC over TLS and mTLS, with certificates generated in the test.
 
-use crate::support::grpc::{TestServer, index};
-use crate::support::tls::{Ca, Pem, try_ask, write};
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::limiter::LimiterOptions;
-use floodgate::server::{ServeOptions, TlsOptions};
-use floodgate::store::{MemoryStore, StoreKind};
+use crate::support::tls::{Ca, Pem, start, try_ask, write};
+use floodgate::server::TlsOptions;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
 
 /// Writes the server's PEM files (and the client CA, if any) into `dir`.
 fn tls_files(dir: &Path, server: &Pem, client_ca: Option<&Ca>, san: Option<&str>) -> TlsOptions {
@@ -20,21 +13,6 @@ fn tls_files(dir: &Path, server: &Pem, client_ca: Option<&Ca>, san: Option<&str>
         client_ca: client_ca.map(|ca| write(dir, "ca.crt", &ca.cert_pem())),
         client_san: san.map(str::to_owned),
     }
-}
-
-pub(crate) async fn start(tls: TlsOptions) -> TestServer {
-    TestServer::start_with(
-        index(&[("edge.yaml", RULES)]),
-        StoreKind::Memory(MemoryStore::new()),
-        Arc::new(ManualClock::new(UnixMillis::from_secs(1_700_000_000))),
-        LimiterOptions::default(),
-        ServeOptions {
-            shutdown_grace: Duration::from_secs(5),
-            tls: Some(tls),
-            ..ServeOptions::default()
-        },
-    )
-    .await
 }
 
 #[tokio::test]

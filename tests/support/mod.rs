@@ -2,7 +2,9 @@
 //! loopback ports, started and stopped by each test.
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used)]
 
+pub mod backends;
 pub mod envoy;
+pub mod floodgate;
 pub mod grpc;
 pub mod http;
 pub mod otlp;

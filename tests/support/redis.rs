@@ -276,6 +276,47 @@ pub fn cli(port: u16, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The 3-master Cluster every test of this binary shares when it needs
+/// only *a* Cluster (tests keep apart by key prefix; tests that kill,
+/// pause, flush or count calls on nodes start their own). Started on first
+/// use, and stopped when the test process exits: a static is never dropped,
+/// so a watchdog shell waits for the process to end (bounded: at most two
+/// hours), then kills the nodes and removes their directories.
+pub fn shared_cluster() -> &'static RedisCluster {
+    static SHARED: std::sync::OnceLock<RedisCluster> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        let cluster = RedisCluster::start(3);
+        let mut watchdog = Command::new("sh");
+        watchdog
+            .arg("-c")
+            .arg(
+                r#"owner=$1; shift
+i=0
+while [ $i -lt 36000 ] && kill -0 "$owner" 2>/dev/null; do sleep 0.2; i=$((i+1)); done
+while [ "$1" != "--" ]; do kill -9 "$1" 2>/dev/null; shift; done; shift
+rm -rf "$@""#,
+            )
+            .arg("sh")
+            .arg(std::process::id().to_string());
+        for node in &cluster.nodes {
+            watchdog.arg(node.child.id().to_string());
+        }
+        watchdog.arg("--");
+        for node in &cluster.nodes {
+            watchdog.arg(node.dir());
+        }
+        // Never waited for: it outlives the test process by design.
+        #[allow(clippy::zombie_processes)]
+        watchdog
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh runs the shared cluster's watchdog");
+        cluster
+    })
+}
+
 /// A Redis Cluster of `n` masters and no replicas.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,

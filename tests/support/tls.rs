@@ -103,3 +103,42 @@ pub async fn try_ask(
         .map(tonic::Response::into_inner)
         .map_err(|e| format!("rpc: {e:?}"))
 }
+
+/// The rules [`start`] serves: `edge`, 100 a minute per user.
+const TLS_RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+
+/// A test server with the `edge` rules on the embedded store, serving gRPC
+/// over `tls`.
+pub async fn start(tls: floodgate::server::TlsOptions) -> super::grpc::TestServer {
+    use floodgate::clock::{ManualClock, UnixMillis};
+    use floodgate::limiter::LimiterOptions;
+    use floodgate::server::ServeOptions;
+    use floodgate::store::{MemoryStore, StoreKind};
+    super::grpc::TestServer::start_with(
+        super::grpc::index(&[("edge.yaml", TLS_RULES)]),
+        StoreKind::Memory(MemoryStore::new()),
+        std::sync::Arc::new(ManualClock::new(UnixMillis::from_secs(1_700_000_000))),
+        LimiterOptions::default(),
+        ServeOptions {
+            shutdown_grace: std::time::Duration::from_secs(5),
+            tls: Some(tls),
+            ..ServeOptions::default()
+        },
+    )
+    .await
+}
+
+/// Writes a CA, a server certificate for `localhost` and a client
+/// certificate as PEM files into a new directory.
+pub fn redis_pki() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("redis test ca");
+    let server = ca.server();
+    let client = ca.client("floodgate");
+    write(dir.path(), "ca.pem", &ca.cert_pem());
+    write(dir.path(), "server.pem", &server.cert);
+    write(dir.path(), "server.key", &server.key);
+    write(dir.path(), "client.pem", &client.cert);
+    write(dir.path(), "client.key", &client.key);
+    dir
+}

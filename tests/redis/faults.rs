@@ -3,7 +3,7 @@
 //! demoted behind an address that is repointed, Redis restarted. Each test
 //! asserts what was answered and what was counted.
 
-use crate::conformance::{connected, redis_config};
+use crate::support::backends::{connected, redis_config};
 use crate::support::grpc::{TestServer, index, request};
 use crate::support::proxy::Proxy;
 use crate::support::redis::{RedisCluster, RedisServer};

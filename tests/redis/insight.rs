@@ -5,7 +5,7 @@
 //! (`shadow_mode`) limits next to enforced ones, on the embedded store, a
 //! standalone Redis and a Redis Cluster.
 
-use crate::conformance::{Backend, cluster, connected, memory, redis_config, standalone};
+use crate::support::backends::{Backend, cluster, connected, memory, redis_config, standalone};
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::{get, post_json};
 use crate::support::redis::RedisServer;

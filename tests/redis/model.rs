@@ -10,7 +10,7 @@
 //! over plain maps. `MODEL_CASES` sets the number of cases (default 24 per
 //! store); e.g. `MODEL_CASES=2000 cargo test --test integration model`.
 
-use crate::conformance::{Backend, cluster, memory, redis_config, standalone};
+use crate::support::backends::{Backend, cluster, memory, redis_config, standalone};
 use crate::support::grpc::index;
 use arc_swap::ArcSwap;
 use floodgate::clock::{ManualClock, UnixMillis};

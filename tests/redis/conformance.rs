@@ -2,14 +2,13 @@
 //! real standalone Redis and a real 3-master Redis Cluster must give the same
 //! answers for the same requests at the same (manual) time.
 
+use crate::support::backends::{Backend, cluster, memory, standalone};
 use crate::support::grpc::index;
-use crate::support::redis::{RedisCluster, RedisServer};
 use arc_swap::ArcSwap;
 use floodgate::clock::{ManualClock, UnixMillis};
 use floodgate::descriptor::{Descriptor, Request};
 use floodgate::limiter::{Code, Limiter, LimiterOptions, Response};
-use floodgate::store::{MemoryStore, RedisConfig, RedisMode, RedisStore, StoreKind};
-use std::any::Any;
+use floodgate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,56 +68,6 @@ descriptors:
 
 /// 40 s into a minute.
 const T0: u64 = 1_700_000_080;
-
-/// A store and whatever keeps its servers alive.
-pub(crate) struct Backend {
-    pub(crate) store: StoreKind,
-    _servers: Box<dyn Any + Send>,
-}
-
-pub(crate) async fn memory() -> Backend {
-    Backend {
-        store: StoreKind::Memory(MemoryStore::new()),
-        _servers: Box::new(()),
-    }
-}
-
-pub(crate) fn redis_config(mode: RedisMode, url: String) -> RedisConfig {
-    RedisConfig {
-        mode,
-        timeout: Duration::from_secs(2),
-        ..RedisConfig::single(url)
-    }
-}
-
-pub(crate) async fn connected(config: RedisConfig) -> StoreKind {
-    let store = RedisStore::new(config);
-    store.connect().await.expect("redis reachable");
-    StoreKind::Redis {
-        main: store,
-        per_second: None,
-    }
-}
-
-pub(crate) async fn standalone() -> Backend {
-    let server = RedisServer::start();
-    let store = connected(redis_config(RedisMode::Single, server.addr())).await;
-    Backend {
-        store,
-        _servers: Box::new(server),
-    }
-}
-
-pub(crate) async fn cluster() -> Backend {
-    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3))
-        .await
-        .unwrap();
-    let store = connected(redis_config(RedisMode::Cluster, cluster.seeds())).await;
-    Backend {
-        store,
-        _servers: Box::new(cluster),
-    }
-}
 
 fn limiter(
     backend: &Backend,

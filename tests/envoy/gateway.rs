@@ -251,7 +251,7 @@ async fn server_keys_load_as_pkcs1_pkcs8_and_sec1() {
     for (make_key, header) in kinds {
         let dir = tempfile::tempdir().unwrap();
         let (cert, key) = certificate(dir.path(), make_key, header);
-        let server = crate::tls::start(TlsOptions {
+        let server = crate::support::tls::start(TlsOptions {
             cert,
             key,
             client_ca: None,
@@ -288,7 +288,7 @@ async fn envoy_gateway_deployment_runs_unchanged() {
     }))
     .await;
     ads.set("v1", xds_rules());
-    let pki = crate::redis::redis_pki();
+    let pki = crate::support::tls::redis_pki();
     let redis = RedisServer::start_tls(pki.path(), true);
     let mapping = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/statsd_exporter/envoy_gateway.yaml");

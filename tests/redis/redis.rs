@@ -2,7 +2,7 @@
 //! expiry, round trips, several instances sharing one Redis, Redis going away
 //! and coming back, Sentinel failover, and the local over-limit cache.
 
-use crate::conformance::{connected, redis_config};
+use crate::support::backends::{connected, redis_config};
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::redis::RedisServer;
 use floodgate::clock::{ManualClock, SystemClock, UnixMillis};
@@ -734,25 +734,9 @@ async fn cluster_reloads_flushed_scripts_on_every_node() {
     server.shutdown().await;
 }
 
-/// Writes a CA, a server certificate for `localhost` and a client
-/// certificate as PEM files into a new directory.
-pub(crate) fn redis_pki() -> tempfile::TempDir {
-    use crate::support::tls::{Ca, write};
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("redis test ca");
-    let server = ca.server();
-    let client = ca.client("floodgate");
-    write(dir.path(), "ca.pem", &ca.cert_pem());
-    write(dir.path(), "server.pem", &server.cert);
-    write(dir.path(), "server.key", &server.key);
-    write(dir.path(), "client.pem", &client.cert);
-    write(dir.path(), "client.key", &client.key);
-    dir
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_a_private_ca_and_a_client_certificate() {
-    let pki = redis_pki();
+    let pki = crate::support::tls::redis_pki();
     let redis = RedisServer::start_tls(pki.path(), true);
     let tls = floodgate::store::RedisTls {
         ca_cert: Some(pki.path().join("ca.pem")),
@@ -797,7 +781,7 @@ async fn tls_with_a_private_ca_and_a_client_certificate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_hostname_checks_can_be_skipped_but_not_the_ca() {
-    let pki = redis_pki();
+    let pki = crate::support::tls::redis_pki();
     let redis = RedisServer::start_tls(pki.path(), false);
     let by_ip = |skip: bool| RedisConfig {
         tls: Some(floodgate::store::RedisTls {
@@ -815,7 +799,7 @@ async fn tls_hostname_checks_can_be_skipped_but_not_the_ca() {
         .await
         .expect("hostname check skipped");
     // Another CA is never trusted.
-    let other = redis_pki();
+    let other = crate::support::tls::redis_pki();
     let wrong_ca = RedisConfig {
         tls: Some(floodgate::store::RedisTls {
             ca_cert: Some(other.path().join("ca.pem")),

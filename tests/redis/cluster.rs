@@ -3,7 +3,7 @@
 //! still places them on their old node: every hit counted once, where the
 //! slot now is.
 
-use crate::conformance::{connected, redis_config};
+use crate::support::backends::{connected, redis_config};
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::redis::RedisCluster;
 use floodgate::clock::{ManualClock, UnixMillis};

@@ -7,9 +7,9 @@
 //! is down. Behind a real Envoy tracing with OpenTelemetry, floodgate's span
 //! is the child of Envoy's rate-limit call span.
 
-use crate::conformance::{connected, redis_config};
-use crate::hostile::Floodgate;
+use crate::support::backends::{connected, redis_config};
 use crate::support::envoy::Envoy;
+use crate::support::floodgate::Floodgate;
 use crate::support::free_port;
 use crate::support::grpc::{TestServer, index, request};
 use crate::support::otlp::{OtlpReceiver, ReceivedSpan};

@@ -4,10 +4,10 @@
 //! after idleness, reconnects, bad input, and two instances sharing one
 //! Redis splitting one budget.
 
-use crate::conformance::{connected, redis_config};
+use crate::support::backends::{connected, redis_config};
 use crate::support::grpc::{TestServer, index};
 use crate::support::http;
-use crate::support::redis::{RedisCluster, RedisServer};
+use crate::support::redis::RedisServer;
 use crate::support::rlqs::{Answer, Assigned, RlqsClient, usage};
 use floodgate::clock::{ManualClock, UnixMillis};
 use floodgate::limiter::LimiterOptions;
@@ -483,8 +483,15 @@ async fn two_instances_on_one_redis_split_one_budget() {
 
 #[tokio::test]
 async fn two_instances_on_one_redis_cluster_split_one_budget() {
-    let cluster = RedisCluster::start(3);
-    let store = || connected(redis_config(RedisMode::Cluster, cluster.seeds()));
+    let cluster = tokio::task::spawn_blocking(crate::support::redis::shared_cluster)
+        .await
+        .unwrap();
+    // The two instances share one prefix, apart from other tests' keys.
+    let config = floodgate::store::RedisConfig {
+        key_prefix: "rlqs_split_".to_owned(),
+        ..redis_config(RedisMode::Cluster, cluster.seeds())
+    };
+    let store = || connected(config.clone());
     two_instances_split_one_budget(store().await, store().await).await;
 }
 

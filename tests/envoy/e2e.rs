@@ -10,7 +10,7 @@
 //! it ran, runs again with fresh user ids (a run takes a few seconds, so two
 //! crossings in a row cannot happen).
 
-use crate::conformance::{connected, redis_config};
+use crate::support::backends::{connected, redis_config};
 use crate::support::envoy::{Envoy, HttpResponse};
 use crate::support::grpc::TestServer;
 use crate::support::redis::RedisServer;

@@ -5,10 +5,10 @@
 //! refused before anything is counted; and the process that once grew to
 //! gigabytes on one request stays small and stops on SIGTERM.
 
+use crate::support::floodgate::{Floodgate, RULES, raw_http};
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::post_json;
 use crate::support::redis::RedisServer;
-use crate::support::{free_port, poll_until_async};
 use floodgate::clock::SystemClock;
 use floodgate::limiter::LimiterOptions;
 use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
@@ -18,24 +18,10 @@ use floodgate::store::{MemoryStore, StoreKind};
 use prost::Message as _;
 use prost::bytes::{Buf as _, BufMut as _};
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-
-const RULES: &str = r"
-domain: edge
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: log
-    rate_limit: {unit: minute, requests_per_unit: 10000, algorithm: sliding_log}
-  - key: hot
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: cold
-    rate_limit: {unit: minute, requests_per_unit: 10}
-";
 
 /// Cases per kind of garbage: enough to cover lengths and field shapes,
 /// few enough to stay fast.
@@ -263,125 +249,10 @@ async fn garbage(addr: SocketAddr, bytes: &[u8]) {
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut sink)).await;
 }
 
-/// Sends a raw HTTP/1.1 request with `body`; the status, or `None` when the
-/// connection closed without one.
-async fn raw_http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Option<u16> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.ok()?;
-    stream.write_all(body).await.ok()?;
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&raw);
-    text.split(' ').nth(1)?.parse().ok()
-}
-
-/// Resident memory of `pid`, in KiB, from /proc.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
-}
-
 /// Stays under this RSS however hostile the requests below are: the 16 MiB
 /// store budget plus the process's own (debug build, buffers of 128 KiB
 /// messages, the allocator's retained pages).
 const RSS_BOUND_KIB: u64 = 120 * 1024;
-
-/// A `floodgate serve` process on free ports, stopped (SIGTERM, then
-/// checked) by [`Floodgate::stop`] or killed when dropped.
-pub(crate) struct Floodgate {
-    child: std::process::Child,
-    grpc_port: u16,
-    metrics: SocketAddr,
-    _rules: tempfile::TempDir,
-}
-
-impl Floodgate {
-    pub(crate) async fn start(env: &[(&str, String)]) -> Self {
-        let rules = tempfile::tempdir().unwrap();
-        std::fs::write(rules.path().join("edge.yaml"), RULES).unwrap();
-        let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
-        command
-            .arg("serve")
-            .arg("--config-dir")
-            .arg(rules.path())
-            .env_clear()
-            .env("GRPC_HOST", "127.0.0.1")
-            .env("GRPC_PORT", grpc_port.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("PORT", http_port.to_string())
-            .env("USE_PROMETHEUS", "true")
-            .env("PROMETHEUS_ADDR", format!("127.0.0.1:{metrics_port}"))
-            .env("LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let mut child = command.spawn().unwrap();
-        let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
-        let healthy = poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
-            let exited = child.try_wait().unwrap().is_some();
-            async move {
-                assert!(!exited, "exited early");
-                (raw_http(http, "GET", "/healthcheck", b"").await == Some(200)).then_some(true)
-            }
-        })
-        .await;
-        assert!(healthy, "not healthy");
-        Self {
-            child,
-            grpc_port,
-            metrics: format!("127.0.0.1:{metrics_port}").parse().unwrap(),
-            _rules: rules,
-        }
-    }
-
-    pub(crate) async fn client(&self) -> RateLimitServiceClient<tonic::transport::Channel> {
-        RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc_port))
-            .await
-            .unwrap()
-    }
-
-    fn rss_kib(&self) -> u64 {
-        rss_kib(self.child.id())
-    }
-
-    /// SIGTERM, and the process must exit within 20 s.
-    pub(crate) async fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(status.success());
-        // Waits on the runtime, not the thread: the test's own connections
-        // must keep being served and closed meanwhile, or the server sits
-        // out its whole shutdown grace period.
-        let child = &mut self.child;
-        let stopped = poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
-            let exited = child.try_wait().unwrap().is_some();
-            async move { exited.then_some(true) }
-        })
-        .await;
-        assert!(stopped, "did not stop on SIGTERM");
-    }
-}
-
-impl Drop for Floodgate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One call with a deadline: the answer must come within it.
 async fn call(

@@ -1,0 +1,18 @@
+//! Tests that need `redis-server` and `redis-cli` on PATH (standalone,
+//! Sentinel and Cluster, started by the tests on free loopback ports): the
+//! stores against the model and each other, faults, hostile input, the
+//! operator views and RLQS on Redis. Tests that need only *a* Cluster share
+//! one per run (`support::redis::shared_cluster`).
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cluster;
+mod conformance;
+mod faults;
+mod hostile;
+mod insight;
+mod model;
+mod redis;
+mod rlqs;
