@@ -7,6 +7,7 @@
 
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::get;
+use crate::support::poll_until;
 use crate::support::poll_until_async;
 use floodgate::clock::SystemClock;
 use floodgate::limiter::LimiterOptions;
@@ -15,7 +16,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -73,17 +74,10 @@ fn chromium(dir: &Path, url: &str, extra: &[String]) -> (String, String) {
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&err).unwrap());
     let mut browser = Browser(command.spawn().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if browser.0.try_wait().unwrap().is_some() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "chromium did not finish within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let finished = poll_until(Duration::from_secs(60), Duration::from_millis(50), || {
+        browser.0.try_wait().unwrap().map(|_| true)
+    });
+    assert!(finished, "chromium did not finish within 60 s");
     drop(browser);
     (
         std::fs::read_to_string(out).unwrap(),

@@ -13,6 +13,7 @@
 use crate::support::backends::{connected, redis_config};
 use crate::support::envoy::{Envoy, HttpResponse};
 use crate::support::grpc::TestServer;
+use crate::support::poll_until_async;
 use crate::support::redis::RedisServer;
 use floodgate::clock::{Clock as _, SystemClock};
 use floodgate::config::{Index, LoadOptions, load_dir};
@@ -21,7 +22,7 @@ use floodgate::store::{MemoryStore, RedisMode, StoreKind};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `user` requests per minute in examples/config/edge.yaml.
 const USER_LIMIT: u64 = 5;
@@ -80,43 +81,49 @@ async fn burst(envoy: &Envoy, user: &str, n: u64) -> Vec<HttpResponse> {
 /// Asks until floodgate's answer is visible (Envoy adds X-RateLimit
 /// headers), each time as a new user so no counter of the scenario moves.
 async fn wait_until_limited(envoy: &Envoy, tag: &str) {
-    let deadline = Instant::now() + SETTLE_WITHIN;
-    for probe in 0.. {
+    let mut probe = 0_u64;
+    let answered = poll_until_async(SETTLE_WITHIN, Duration::from_millis(20), || {
+        probe += 1;
         let user = format!("probe-{tag}-{probe}");
-        if envoy
-            .get("/", &[("x-user-id", &user)])
-            .await
-            .header("x-ratelimit-limit")
-            .is_some()
-        {
-            return;
+        async move {
+            envoy
+                .get("/", &[("x-user-id", &user)])
+                .await
+                .header("x-ratelimit-limit")
+                .is_some()
+                .then_some(true)
         }
-        assert!(
-            Instant::now() < deadline,
-            "floodgate never answered through envoy; envoy log:\n{}",
-            envoy.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    assert!(
+        answered,
+        "floodgate never answered through envoy; envoy log:\n{}",
+        envoy.log()
+    );
 }
 
 /// Asks as `user` until Envoy lets the request through although `user` is
 /// over the limit: floodgate is unreachable and Envoy fails open.
 async fn wait_until_failing_open(envoy: &Envoy, user: &str) -> HttpResponse {
-    let deadline = Instant::now() + SETTLE_WITHIN;
-    loop {
-        let response = envoy.get("/", &[("x-user-id", user)]).await;
-        if response.status == 200 {
-            return response;
+    let last = std::cell::RefCell::new(None);
+    let open = poll_until_async(SETTLE_WITHIN, Duration::from_millis(20), || {
+        let last = &last;
+        async move {
+            let response = envoy.get("/", &[("x-user-id", user)]).await;
+            let open = response.status == 200;
+            *last.borrow_mut() = Some(response);
+            open.then_some(true)
         }
-        assert!(
-            Instant::now() < deadline,
-            "envoy did not fail open; last status {}; envoy log:\n{}",
-            response.status,
-            envoy.log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    let response = last.into_inner().expect("asked at least once");
+    assert!(
+        open,
+        "envoy did not fail open; last status {}; envoy log:\n{}",
+        response.status,
+        envoy.log()
+    );
+    response
 }
 
 fn header<'a>(response: &'a HttpResponse, name: &str) -> &'a str {

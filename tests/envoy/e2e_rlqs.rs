@@ -14,6 +14,7 @@
 
 use crate::support::envoy::Envoy;
 use crate::support::grpc::{TestServer, index};
+use crate::support::poll_until_async;
 use floodgate::clock::SystemClock;
 use floodgate::limiter::LimiterOptions;
 use floodgate::rlqs::RlqsOptions;
@@ -105,14 +106,11 @@ async fn burst(envoy: &Envoy, user: &str) -> usize {
 /// Bursts through `envoy` every 200 ms until `done(admitted)`; false if
 /// that never happens within SETTLE_WITHIN.
 async fn until_burst(envoy: &Envoy, user: &str, done: impl Fn(usize) -> bool) -> bool {
-    let deadline = Instant::now() + SETTLE_WITHIN;
-    while Instant::now() < deadline {
-        if done(burst(envoy, user).await) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    false
+    let done = &done;
+    poll_until_async(SETTLE_WITHIN, Duration::from_millis(200), || async move {
+        done(burst(envoy, user).await).then_some(true)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,16 +134,17 @@ async fn two_envoys_share_one_global_limit_fall_back_and_resume() {
         } else {
             bob_ok += u64::from(ok);
         }
-        let deadline = Instant::now() + SETTLE_WITHIN;
-        while buckets_pushed(&server) <= pushed {
-            assert!(
-                Instant::now() < deadline,
-                "no assignment for {user}; floodgate metrics:\n{}\nenvoy log:\n{}",
-                server.limiter.metrics().render(None),
-                envoy.log()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let assigned = poll_until_async(SETTLE_WITHIN, Duration::from_millis(10), || {
+            let more = buckets_pushed(&server) > pushed;
+            async move { more.then_some(true) }
+        })
+        .await;
+        assert!(
+            assigned,
+            "no assignment for {user}; floodgate metrics:\n{}\nenvoy log:\n{}",
+            server.limiter.metrics().render(None),
+            envoy.log()
+        );
     }
     // What ALLOW_ALL let through before the first assignments: at most
     // the one request per Envoy and user sent before it.

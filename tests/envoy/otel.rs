@@ -259,10 +259,23 @@ async fn the_redis_round_trip_is_a_child_span() {
     tracing.shutdown().await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_collector_never_fails_a_call() {
-    // Nothing listens there: every export fails, in the background.
-    let endpoint = format!("http://127.0.0.1:{}/v1/traces", free_port());
+    // A collector that accepts and hangs up at once: every export fails,
+    // in the background; each attempt is counted.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!(
+        "http://127.0.0.1:{}/v1/traces",
+        listener.local_addr().unwrap().port()
+    );
+    let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = attempts.clone();
+    let hangup = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
     let tracing = Tracing::start(&settings(ExportProtocol::Http, endpoint)).unwrap();
     let server = traced_server(&tracing).await;
     let mut client = server.client().await;
@@ -275,15 +288,27 @@ async fn a_dead_collector_never_fails_a_call() {
         )
         .await;
         assert_eq!(code, tonic::Code::Ok, "call {n}");
-        // Let a few batches be attempted (and fail) between calls.
-        if n % 10 == 0 {
-            tokio::time::sleep(Duration::from_millis(60)).await;
-        }
     }
+    // The spans were sent (and failed) while every call above answered.
+    let exported =
+        crate::support::poll_until_async(ARRIVE_WITHIN, Duration::from_millis(50), || {
+            let tried = attempts.load(std::sync::atomic::Ordering::SeqCst) > 0;
+            async move { tried.then_some(true) }
+        })
+        .await;
+    assert!(exported, "no export was attempted");
+    let code = call_with(
+        &mut client,
+        request("edge", &[&[("user", "after")]]),
+        &[("traceparent", &format!("00-{W3C_TRACE}-{PARENT}-01"))],
+    )
+    .await;
+    assert_eq!(code, tonic::Code::Ok, "a call after failed exports");
     server.shutdown().await;
     // Shutting down tries a last export, which fails; it still ends.
     let stopped = tokio::time::timeout(Duration::from_secs(60), tracing.shutdown()).await;
     assert!(stopped.is_ok(), "tracing shutdown hung on a dead collector");
+    hangup.abort();
 }
 
 /// The binary with Envoy Gateway's tracing variables, exporting over HTTP

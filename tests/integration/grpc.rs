@@ -212,29 +212,30 @@ async fn health_and_reflection_are_served() {
 
     let (server, _) = start(LimiterOptions::default()).await;
     let channel = server.channel().await;
-    let mut health = HealthClient::new(channel.clone());
+    let health = HealthClient::new(channel.clone());
     // Health turns SERVING once a background task has seen the store ready,
     // which can be just after the listener accepts: wait for it, bounded.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     for service in ["", "ratelimit"] {
-        loop {
-            let status = health
-                .check(HealthCheckRequest {
-                    service: service.to_owned(),
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .status;
-            if status == ServingStatus::Serving as i32 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "service '{service}' never SERVING (last status {status})"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let serving = crate::support::poll_until_async(
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_millis(10),
+            || {
+                let mut health = health.clone();
+                async move {
+                    let status = health
+                        .check(HealthCheckRequest {
+                            service: service.to_owned(),
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .status;
+                    (status == ServingStatus::Serving as i32).then_some(true)
+                }
+            },
+        )
+        .await;
+        assert!(serving, "service '{service}' never SERVING");
     }
 
     let mut reflection = ServerReflectionClient::new(channel);

@@ -13,7 +13,7 @@ use floodgate::store::{MemoryStore, StoreKind};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const DOMAIN_A: &str = "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 10}\n";
 const DOMAIN_A_TIGHTER: &str = "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 10}\n";
@@ -26,11 +26,16 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let done = crate::support::poll_until_async(
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || {
+            let check = check();
+            async move { check.await.then_some(true) }
+        },
+    )
+    .await;
+    assert!(done, "timed out waiting for {what}");
 }
 
 struct Reloading {

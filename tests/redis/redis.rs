@@ -9,7 +9,7 @@ use floodgate::clock::{ManualClock, SystemClock, UnixMillis};
 use floodgate::limiter::{FailureMode, LimiterOptions};
 use floodgate::store::{RedisConfig, RedisMode, RedisStore, StoreKind};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const OK: i32 = 1;
 const OVER_LIMIT: i32 = 2;
@@ -427,11 +427,16 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let done = crate::support::poll_until_async(
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || {
+            let check = check();
+            async move { check.await.then_some(true) }
+        },
+    )
+    .await;
+    assert!(done, "timed out waiting for {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

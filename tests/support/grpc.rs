@@ -12,7 +12,7 @@ use floodgate::server::{Listeners, ServeError, ServeOptions, serve};
 use floodgate::store::StoreKind;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
@@ -198,17 +198,28 @@ impl Drop for TestServer {
 
 /// Binds `addr`, retrying for up to 5 s while it is still in use.
 pub async fn bind_retrying(addr: SocketAddr) -> tokio::net::TcpListener {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => return listener,
-            Err(err) if Instant::now() < deadline => {
-                tracing::debug!(error = %err, %addr, "port busy; retrying bind");
-                tokio::time::sleep(Duration::from_millis(20)).await;
+    let bound = std::cell::RefCell::new(None);
+    let last_error = std::cell::RefCell::new(None);
+    super::poll_until_async(Duration::from_secs(5), Duration::from_millis(20), || {
+        let (bound, last_error) = (&bound, &last_error);
+        async move {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(listener) => {
+                    *bound.borrow_mut() = Some(listener);
+                    Some(true)
+                }
+                Err(err) => {
+                    tracing::debug!(error = %err, %addr, "port busy; retrying bind");
+                    *last_error.borrow_mut() = Some(err);
+                    None
+                }
             }
-            Err(err) => panic!("cannot bind {addr}: {err}"),
         }
-    }
+    })
+    .await;
+    bound
+        .into_inner()
+        .unwrap_or_else(|| panic!("cannot bind {addr}: {:?}", last_error.into_inner()))
 }
 
 /// A request for `domain` with one descriptor per `(key, value)` list.
