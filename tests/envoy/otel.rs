@@ -10,7 +10,6 @@
 use crate::support::backends::{connected, redis_config};
 use crate::support::envoy::Envoy;
 use crate::support::floodgate::Floodgate;
-use crate::support::free_port;
 use crate::support::grpc::{TestServer, index, request};
 use crate::support::otlp::{OtlpReceiver, ReceivedSpan};
 use crate::support::redis::RedisServer;
