@@ -2,11 +2,11 @@
 #![allow(missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use floodgate::UnixMillis;
 use floodgate::algorithm::fixed_window::{Counter, is_over_limit};
 use floodgate::algorithm::sliding_log::Log;
 use floodgate::algorithm::sliding_window::Buckets;
 use floodgate::algorithm::{FixedWindow, Gcra, Limits, SlidingLog, SlidingWindow};
-use floodgate::clock::UnixMillis;
 use std::hint::black_box;
 
 fn fixed_window(c: &mut Criterion) {

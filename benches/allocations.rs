@@ -8,11 +8,11 @@
 #![allow(missing_docs, clippy::print_stdout)]
 
 use arc_swap::ArcSwap;
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::config::{LoadOptions, Source, load_sources};
-use floodgate::descriptor::{Descriptor, Request};
-use floodgate::limiter::{Limiter, LimiterOptions};
-use floodgate::store::{MemoryStore, RedisConfig, RedisStore, StoreKind};
+use floodgate::{Descriptor, Request};
+use floodgate::{Limiter, LimiterOptions};
+use floodgate::{LoadOptions, Source, load_sources};
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{MemoryStore, RedisConfig, RedisStore, StoreKind};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

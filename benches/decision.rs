@@ -6,11 +6,11 @@
 
 use arc_swap::ArcSwap;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::config::{LoadOptions, Source, load_sources};
-use floodgate::descriptor::{Descriptor, Request};
-use floodgate::limiter::{Limiter, LimiterOptions};
-use floodgate::store::{MemoryStore, StoreKind};
+use floodgate::{Descriptor, Request};
+use floodgate::{Limiter, LimiterOptions};
+use floodgate::{LoadOptions, Source, load_sources};
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{MemoryStore, StoreKind};
 use std::hint::black_box;
 use std::sync::Arc;
 

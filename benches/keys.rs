@@ -4,7 +4,7 @@
 #![allow(missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use floodgate::store::CounterId;
+use floodgate::CounterId;
 use std::hint::black_box;
 
 fn counter_id(c: &mut Criterion) {

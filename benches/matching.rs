@@ -2,8 +2,8 @@
 #![allow(missing_docs)]
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use floodgate::config::{Index, LoadOptions, Lookup, Source, load_sources};
-use floodgate::descriptor::Entry;
+use floodgate::Entry;
+use floodgate::{Index, LoadOptions, Lookup, Source, load_sources};
 use std::fmt::{self, Write as _};
 use std::hint::black_box;
 

@@ -3,9 +3,9 @@
 #![allow(missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use floodgate::UnixMillis;
 use floodgate::algorithm::{FixedWindow, Spec};
-use floodgate::clock::UnixMillis;
-use floodgate::store::{Batch, CounterId, MemoryStore, Op};
+use floodgate::{Batch, CounterId, MemoryStore, Op};
 use std::hint::black_box;
 
 fn batch(ids: &[CounterId], i: usize) -> Batch {

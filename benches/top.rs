@@ -5,9 +5,9 @@
 #![allow(missing_docs)]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use floodgate::clock::UnixMillis;
-use floodgate::descriptor::Entry;
-use floodgate::insight::TopRecorder;
+use floodgate::Entry;
+use floodgate::TopRecorder;
+use floodgate::UnixMillis;
 use std::hint::black_box;
 
 fn top(c: &mut Criterion) {

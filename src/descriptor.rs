@@ -113,7 +113,7 @@ impl fmt::Display for Unit {
 #[error(
     "descriptor {index} limit override has unit UNKNOWN; use SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR"
 )]
-pub struct UnknownOverrideUnit {
+pub(crate) struct UnknownOverrideUnit {
     /// Position of the descriptor in the request.
     pub index: usize,
 }

@@ -4,28 +4,28 @@
 //! rule (which module may import which; `tests/tidy.rs` enforces it), the
 //! request's path, the code map file by file and the invariants.
 //!
-//! - [`descriptor`]: request vocabulary shared by every layer.
-//! - [`config`]: rule files in, validated into a descriptor index, reloaded
+//! - `descriptor`: request vocabulary shared by every layer.
+//! - `config`: rule files in, validated into a descriptor index, reloaded
 //!   when the rule directory changes; or rules over xDS (`config::xds`, an
 //!   ADS client).
-//! - [`limiter`]: the decision, with the reference service's semantics.
-//! - [`server`]: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
+//! - `limiter`: the decision, with the reference service's semantics.
+//! - `server`: gRPC (with optional TLS/mTLS) and HTTP (`/json`,
 //!   `/rlconfig`, `/healthcheck`, `/metrics`) over the limiter.
-//! - [`metrics`]: every metric, rendered for Prometheus (floodgate's names,
+//! - `metrics`: every metric, rendered for Prometheus (floodgate's names,
 //!   and the reference's through a statsd_exporter mapping) and sent to statsd.
-//! - [`insight`]: operator views that never count (top lists by domain).
-//! - [`otel`]: OpenTelemetry spans of calls and store round trips, exported
+//! - `insight`: operator views that never count (top lists by domain).
+//! - `otel`: OpenTelemetry spans of calls and store round trips, exported
 //!   over OTLP when `TRACING_ENABLED`.
-//! - [`rlqs`]: Envoy's Rate Limit Quota Service over the same rules and
+//! - `rlqs`: Envoy's Rate Limit Quota Service over the same rules and
 //!   store: a rule's budget split across the Envoys reporting a bucket.
 //! - [`proto`]: the code generated from `proto/`, once, for every layer
 //!   that speaks proto.
-//! - [`store`]: where counters live: the embedded memory store or Redis
+//! - `store`: where counters live: the embedded memory store or Redis
 //!   (standalone, Sentinel, Cluster).
-//! - [`settings`], [`telemetry`], [`shutdown`]: process settings, logging and
+//! - `settings`, `telemetry`, `shutdown`: process settings, logging and
 //!   signals, used by the binary.
 //! - [`algorithm`]: pure counting math over an injected `now`.
-//! - [`clock`]: the one reader of the system clock; a manual clock for tests.
+//! - `clock`: the one reader of the system clock; a manual clock for tests.
 //!
 //! Stores know nothing of descriptors; algorithms know nothing of I/O.
 
@@ -33,18 +33,50 @@
 // `get` or iterators (unit tests may index).
 #![cfg_attr(not(test), warn(clippy::indexing_slicing))]
 
+// Modules are private: what the binary, the tests and the benchmarks use is
+// re-exported below, once each. `algorithm` (pure math, benchmarked piece
+// by piece) and `proto` (the generated wire types clients need) stay
+// public as modules.
 pub mod algorithm;
-pub mod clock;
-pub mod config;
-pub mod descriptor;
-pub mod insight;
-pub mod limiter;
-pub mod metrics;
-pub mod otel;
+mod clock;
+mod config;
+mod descriptor;
+mod insight;
+mod limiter;
+mod metrics;
+mod otel;
 pub mod proto;
-pub mod rlqs;
-pub mod server;
-pub mod settings;
-pub mod shutdown;
-pub mod store;
-pub mod telemetry;
+mod rlqs;
+mod server;
+mod settings;
+mod shutdown;
+mod store;
+mod telemetry;
+
+pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
+pub use config::xds::{
+    Backoff, RATE_LIMIT_CONFIG_TYPE, RuleFeed, XdsClient, XdsError, XdsOptions, XdsTls,
+};
+pub use config::{ConfigError, Index, LoadOptions, Lookup, Source, load_dir, load_sources};
+pub use descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
+pub use insight::TopRecorder;
+pub use limiter::{Code, FailureMode, HeaderNames, LimitError, Limiter, LimiterOptions, Response};
+pub use metrics::{Mapper, MapperError, Metrics, ReloadStats};
+pub use otel::{
+    ExportProtocol, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError, TracingSettings,
+};
+pub use rlqs::state::StreamBounds;
+pub use rlqs::{RlqsOptions, Unmatched};
+pub use server::{
+    ExplainError, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport, TlsOptions,
+    explain_json, serve, serve_with_debug,
+};
+pub use settings::reference as settings_reference;
+pub use settings::{BackendType, Env, ServeArgs, Settings, SettingsError};
+pub use shutdown::cancel_on_signal;
+pub use store::rlqs::{DemandRegistry, DemandReport, Grant, Member};
+pub use store::{
+    Batch, CounterId, MemoryStore, Op, RedisConfig, RedisMode, RedisStore, RedisTls, SnapshotError,
+    Store, StoreError, StoreKind,
+};
+pub use telemetry::{TelemetryError, error_chain, init as init_logging};

@@ -10,18 +10,19 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use floodgate::clock::SystemClock;
-use floodgate::config::xds::XdsClient;
-use floodgate::config::{self, ConfigError, LoadOptions};
-use floodgate::limiter::{Limiter, LimiterOptions};
-use floodgate::metrics::Mapper;
-use floodgate::metrics::Metrics;
-use floodgate::otel::{MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
-use floodgate::server::{self, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
-use floodgate::settings::{BackendType, Env, ServeArgs, Settings};
-use floodgate::store::{MemoryStore, RedisStore, StoreKind};
-use floodgate::telemetry::error_chain;
-use floodgate::{shutdown, telemetry};
+use floodgate::Mapper;
+use floodgate::Metrics;
+use floodgate::SystemClock;
+use floodgate::XdsClient;
+use floodgate::{BackendType, Env, ServeArgs, Settings};
+use floodgate::{ConfigError, LoadOptions};
+use floodgate::{
+    Index, cancel_on_signal, error_chain, explain_json, init_logging, load_dir, serve_with_debug,
+};
+use floodgate::{Limiter, LimiterOptions};
+use floodgate::{Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
+use floodgate::{MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
+use floodgate::{MemoryStore, RedisStore, StoreKind};
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,7 +123,7 @@ fn main() -> ExitCode {
 }
 
 fn run_settings_doc(args: &SettingsDocArgs) -> ExitCode {
-    let generated = floodgate::settings::reference::markdown();
+    let generated = floodgate::settings_reference::markdown();
     let Some(path) = &args.write else {
         print!("{generated}");
         return ExitCode::SUCCESS;
@@ -130,7 +131,7 @@ fn run_settings_doc(args: &SettingsDocArgs) -> ExitCode {
     let written = std::fs::read_to_string(path)
         .map_err(|err| format!("cannot read {}: {err}", path.display()))
         .and_then(|document| {
-            floodgate::settings::reference::replace(&document, &generated)
+            floodgate::settings_reference::replace(&document, &generated)
                 .ok_or_else(|| format!("{} has no generated-table markers", path.display()))
         })
         .and_then(|document| {
@@ -151,7 +152,7 @@ fn run_explain(args: &ExplainArgs) -> ExitCode {
         merge_domains: args.merge_domain_config,
         ignore_dotfiles: args.ignore_dotfiles,
     };
-    let index = match config::load_dir(&args.config_dir, &options) {
+    let index = match load_dir(&args.config_dir, &options) {
         Ok(index) => index,
         Err(err) => {
             print_config_error(&err);
@@ -176,7 +177,7 @@ fn run_explain(args: &ExplainArgs) -> ExitCode {
         Arc::new(SystemClock),
         LimiterOptions::default(),
     );
-    match runtime.block_on(server::explain_json(&limiter, args.request.as_bytes())) {
+    match runtime.block_on(explain_json(&limiter, args.request.as_bytes())) {
         Ok(json) => {
             println!("{json}");
             ExitCode::SUCCESS
@@ -193,7 +194,7 @@ fn run_check_config(args: &CheckArgs) -> ExitCode {
         merge_domains: args.merge_domain_config,
         ignore_dotfiles: args.ignore_dotfiles,
     };
-    match config::load_dir(&args.dir, &options) {
+    match load_dir(&args.dir, &options) {
         Ok(index) => {
             let summaries = index.summaries();
             if summaries.is_empty() {
@@ -243,7 +244,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(err) = telemetry::init(&settings.log_level, settings.log_format) {
+    if let Err(err) = init_logging(&settings.log_level, settings.log_format) {
         eprintln!("error: {}", error_chain(&err));
         return ExitCode::FAILURE;
     }
@@ -290,10 +291,10 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         ..ReloadOptions::new(settings.config_dir.clone(), options.clone())
     });
     let loaded = match &reload {
-        Some(reload) => config::load_dir(&settings.config_dir, &options).inspect(|_| {
+        Some(reload) => load_dir(&settings.config_dir, &options).inspect(|_| {
             reload.stats.record_initial_load();
         }),
-        None => Ok(config::Index::empty()),
+        None => Ok(Index::empty()),
     };
     let index = match loaded {
         Ok(index) => index,
@@ -314,7 +315,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             // A snapshot that cannot be read stops the start: starting
             // empty would hand every caller a fresh quota. The operator
             // removes (or fixes) the file to start empty on purpose.
-            match store.load_snapshot(floodgate::clock::Clock::now(&SystemClock)) {
+            match store.load_snapshot(floodgate::Clock::now(&SystemClock)) {
                 Ok(0) => {}
                 Ok(counters) => {
                     tracing::info!(counters, "memory store snapshot read");
@@ -374,7 +375,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     };
     let result = runtime.block_on(async {
         let token = CancellationToken::new();
-        tokio::spawn(shutdown::cancel_on_signal(token.clone()));
+        tokio::spawn(cancel_on_signal(token.clone()));
         let rule_feed = xds.as_ref().map(XdsClient::feed);
         let xds_task = xds.map(|client| {
             tokio::spawn(
@@ -447,7 +448,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             ..settings.serve
         };
         let served =
-            server::serve_with_debug(limiter, listeners, debug, serve_options, token.clone()).await;
+            serve_with_debug(limiter, listeners, debug, serve_options, token.clone()).await;
         token.cancel();
         stop_xds(xds_task).await;
         // Last in the shutdown order: export the spans still queued.

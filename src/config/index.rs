@@ -29,14 +29,15 @@
 //! matched against the entry's value alone, which removes that ambiguity and
 //! is otherwise equivalent.
 
-pub use super::rule::{Algorithm, Limit, Metadata, PathStep, Policy, Rule};
+pub(crate) use super::rule::Metadata;
+pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Shared, atomically swappable rule index: reloads store a new `Arc<Index>`
 /// and each request reads it once.
-pub type SharedIndex = Arc<arc_swap::ArcSwap<Index>>;
+pub(crate) type SharedIndex = Arc<arc_swap::ArcSwap<Index>>;
 
 /// A successful lookup: the rule, plus how to build its counter key.
 #[derive(Debug, Clone)]
@@ -385,4 +386,4 @@ impl Index {
 mod tests;
 mod walk;
 
-pub use walk::{StepMatch, Walk};
+pub(crate) use walk::{StepMatch, Walk};

@@ -15,15 +15,18 @@
 //! serving the previous index untouched.
 
 mod index;
+#[cfg(test)]
+pub(crate) use index::DomainSummary;
 mod model;
 mod rule;
 mod validation;
 mod watch;
-pub mod xds;
+pub(crate) mod xds;
 
-pub use index::{
-    Algorithm, DomainSummary, Index, Limit, Lookup, Match, Metadata, PathStep, Policy, Rule,
-    SharedIndex, StepMatch, Walk,
-};
-pub use validation::{ConfigError, ConfigIssue, LoadOptions, Source, load_dir, load_sources};
-pub use watch::{DEFAULT_POLL_INTERVAL, Fingerprint, Reload, Watcher};
+pub(crate) use index::{Algorithm, Limit, Policy, Rule, StepMatch, Walk};
+pub use index::{Index, Lookup};
+pub(crate) use index::{Metadata, SharedIndex};
+pub use validation::{ConfigError, LoadOptions, Source, load_dir, load_sources};
+pub(crate) use watch::DEFAULT_POLL_INTERVAL;
+pub(crate) use watch::Fingerprint;
+pub(crate) use watch::Watcher;

@@ -124,7 +124,7 @@ impl PathStep {
 
 /// A node's free-form `metadata`: returned, merged, in a response's dynamic
 /// metadata (`RESPONSE_DYNAMIC_METADATA`). Keys are not checked.
-pub type Metadata = serde_json::Map<String, serde_json::Value>;
+pub(crate) type Metadata = serde_json::Map<String, serde_json::Value>;
 
 /// A rule: a descriptor node that carries a `rate_limit`.
 #[derive(Debug, Clone, PartialEq)]

@@ -37,17 +37,18 @@ use crate::metrics::ReloadStats;
 
 /// How often the rule directory is checked by default: a change is live
 /// well within one second.
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What one reload attempt did.
 #[derive(Debug)]
-pub enum Reload {
+pub(crate) enum Reload {
     /// Nothing changed since the last check.
     Unchanged,
     /// A new index was stored.
     Stored(Arc<Index>),
     /// The new rules were rejected; the previous index is still stored.
-    Rejected(ConfigError),
+    // Logged by `check` itself; carried for callers that want it (tests).
+    Rejected(#[allow(dead_code)] ConfigError),
 }
 
 /// A snapshot of everything in the rule directory that a change would
@@ -111,7 +112,7 @@ fn entries(dir: &Path) -> std::io::Result<Vec<EntryPrint>> {
 
 /// Reloads one rule directory into a shared index when it changes.
 #[derive(Debug)]
-pub struct Watcher {
+pub(crate) struct Watcher {
     dir: PathBuf,
     options: LoadOptions,
     rules: Arc<ArcSwap<Index>>,
@@ -123,7 +124,7 @@ impl Watcher {
     /// A watcher of `dir` storing into `rules`. `baseline` is the
     /// directory as it was when `rules` was loaded (take it before loading):
     /// only a difference from it reloads.
-    pub fn new(
+    pub(crate) fn new(
         dir: PathBuf,
         options: LoadOptions,
         rules: Arc<ArcSwap<Index>>,
@@ -141,7 +142,8 @@ impl Watcher {
     }
 
     /// The counters this watcher updates.
-    pub fn stats(&self) -> &Arc<ReloadStats> {
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> &Arc<ReloadStats> {
         &self.stats
     }
 
@@ -150,7 +152,7 @@ impl Watcher {
     ///
     /// The fingerprint is taken before loading, so a write racing with the
     /// load changes the next fingerprint and is picked up on the next check.
-    pub fn check(&mut self) -> Reload {
+    pub(crate) fn check(&mut self) -> Reload {
         let now = Fingerprint::of(&self.dir);
         if now == self.last {
             return Reload::Unchanged;
@@ -180,7 +182,7 @@ impl Watcher {
     /// `on_store` with each newly stored index. Each check runs on the
     /// blocking pool and is awaited to completion, so no check outlives the
     /// loop.
-    pub async fn run<F, Fut>(
+    pub(crate) async fn run<F, Fut>(
         mut self,
         interval: Duration,
         shutdown: CancellationToken,

@@ -6,8 +6,8 @@
 //! Owns: bounded summaries of descriptors by hits and by over-limit answers.
 //! Must not touch: counters, stores, rules or the wire format.
 
-pub mod summary;
-pub mod top;
+pub(crate) mod summary;
+pub(crate) mod top;
 
-pub use summary::SpaceSaving;
-pub use top::{By, TopItem, TopRecorder, Window};
+pub use top::TopRecorder;
+pub(crate) use top::{By, TopItem, Window};

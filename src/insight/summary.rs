@@ -17,14 +17,14 @@
 
 /// Most bytes of descriptor text (keys and values) kept per item; longer
 /// values are cut at a character boundary.
-pub const MAX_LABEL_BYTES: usize = 128;
+pub(crate) const MAX_LABEL_BYTES: usize = 128;
 
 /// Most descriptor entries kept per item; later entries are not shown.
-pub const MAX_LABEL_ENTRIES: usize = 8;
+pub(crate) const MAX_LABEL_ENTRIES: usize = 8;
 
 /// The shown text of an item: its descriptor entries, bounded.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Label {
+pub(crate) struct Label {
     /// Keys and values, one after the other.
     text: String,
     /// Byte lengths of each (key, value) in `text`.
@@ -33,7 +33,7 @@ pub struct Label {
 
 impl Label {
     /// Replaces the text with `entries`, bounded, reusing the buffers.
-    pub fn set<'a>(&mut self, entries: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    pub(crate) fn set<'a>(&mut self, entries: impl IntoIterator<Item = (&'a str, &'a str)>) {
         self.text.clear();
         self.lens.clear();
         for (key, value) in entries.into_iter().take(MAX_LABEL_ENTRIES) {
@@ -56,7 +56,7 @@ impl Label {
     }
 
     /// The entries, as kept.
-    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
         let mut at = 0usize;
         self.lens.iter().map(move |&(k, v)| {
             let (k, v) = (usize::from(k), usize::from(v));
@@ -75,7 +75,7 @@ impl Label {
 
 /// One held item.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held<'a> {
+pub(crate) struct Held<'a> {
     /// The item's hash.
     pub hash: u64,
     /// Its shown text.
@@ -88,7 +88,7 @@ pub struct Held<'a> {
 
 /// A space-saving summary of `K` counters.
 #[derive(Debug, Clone)]
-pub struct SpaceSaving {
+pub(crate) struct SpaceSaving {
     capacity: usize,
     hashes: Vec<u64>,
     counts: Vec<u64>,
@@ -99,7 +99,7 @@ pub struct SpaceSaving {
 
 impl SpaceSaving {
     /// An empty summary of `capacity` counters (at least 1).
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         Self {
             capacity,
@@ -113,7 +113,7 @@ impl SpaceSaving {
 
     /// Adds `weight` to the item `hash`; `label` writes its text when the
     /// item is new here (so a held item costs no copy).
-    pub fn add(&mut self, hash: u64, weight: u64, label: impl FnOnce(&mut Label)) {
+    pub(crate) fn add(&mut self, hash: u64, weight: u64, label: impl FnOnce(&mut Label)) {
         if weight == 0 {
             return;
         }
@@ -152,7 +152,7 @@ impl SpaceSaving {
     }
 
     /// Forgets every item, keeping the buffers.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.hashes.clear();
         self.counts.clear();
         self.errors.clear();
@@ -163,23 +163,23 @@ impl SpaceSaving {
     }
 
     /// Total weight added since the last clear.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.total
     }
 
     /// Whether every counter holds an item (then an absent item's weight is
     /// at most [`SpaceSaving::min_count`]).
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.hashes.len() >= self.capacity
     }
 
     /// The smallest count held (0 when empty).
-    pub fn min_count(&self) -> u64 {
+    pub(crate) fn min_count(&self) -> u64 {
         self.counts.iter().copied().min().unwrap_or(0)
     }
 
     /// The held items, in no order.
-    pub fn items(&self) -> impl Iterator<Item = Held<'_>> {
+    pub(crate) fn items(&self) -> impl Iterator<Item = Held<'_>> {
         self.hashes
             .iter()
             .zip(&self.counts)
@@ -209,13 +209,13 @@ impl SpaceSaving {
     }
 
     /// The count and error of `hash`, if held.
-    pub fn get(&self, hash: u64) -> Option<(u64, u64)> {
+    pub(crate) fn get(&self, hash: u64) -> Option<(u64, u64)> {
         let at = self.find(hash)?;
         Some((*self.counts.get(at)?, *self.errors.get(at)?))
     }
 
     /// Heap bytes held, buffers included.
-    pub fn heap_bytes(&self) -> usize {
+    pub(crate) fn heap_bytes(&self) -> usize {
         let per = std::mem::size_of::<u64>();
         (self.hashes.capacity() + self.counts.capacity() + self.errors.capacity()) * per
             + self.labels.capacity() * std::mem::size_of::<Label>()
@@ -223,7 +223,7 @@ impl SpaceSaving {
     }
 
     /// The most heap bytes a summary of `capacity` counters can hold.
-    pub fn max_heap_bytes(capacity: usize) -> usize {
+    pub(crate) fn max_heap_bytes(capacity: usize) -> usize {
         let per = std::mem::size_of::<u64>();
         // Vectors never grow past `capacity`; labels grow to at most twice
         // their budget.

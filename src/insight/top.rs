@@ -1,9 +1,9 @@
 //! The hottest and most-limited descriptors per domain, over the last
 //! minute and the last hour, in bounded memory (`GET /top`, the live page).
 //!
-//! Each tracked domain has two rings of [`SLOTS`] time slots: 10-second
+//! Each tracked domain has two rings of `SLOTS` time slots: 10-second
 //! slots for the minute, 10-minute slots for the hour. Each slot holds two
-//! [`SpaceSaving`] summaries of [`TOP_K`] counters: hits, and over-limit
+//! [`SpaceSaving`] summaries of `TOP_K` counters: hits, and over-limit
 //! hits (answers that were OVER_LIMIT, or would have been without shadow
 //! mode). A query merges the slots of its window (the current one and the
 //! five before it, so between 50 and 60 s, or 50 and 60 min, of traffic).
@@ -32,13 +32,13 @@ use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Arc;
 
 /// Counters per summary.
-pub const TOP_K: usize = 64;
+pub(crate) const TOP_K: usize = 64;
 
 /// Slots per window.
-pub const SLOTS: usize = 6;
+pub(crate) const SLOTS: usize = 6;
 
 /// Most domains tracked at once.
-pub const MAX_DOMAINS: usize = 32;
+pub(crate) const MAX_DOMAINS: usize = 32;
 
 /// What a top list ranks by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,7 +138,7 @@ impl Slot {
     }
 }
 
-/// A ring of [`SLOTS`] slots of one length.
+/// A ring of `SLOTS` slots of one length.
 #[derive(Debug)]
 struct Ring {
     window: Window,
@@ -396,8 +396,8 @@ impl TopRecorder {
             .sum()
     }
 
-    /// The most heap bytes one domain can hold: two rings of [`SLOTS`]
-    /// slots, each two summaries of [`TOP_K`] counters.
+    /// The most heap bytes one domain can hold: two rings of `SLOTS`
+    /// slots, each two summaries of `TOP_K` counters.
     pub fn max_domain_bytes() -> usize {
         2 * SLOTS * (std::mem::size_of::<Slot>() + 2 * SpaceSaving::max_heap_bytes(TOP_K))
     }

@@ -8,6 +8,8 @@
 //! store one batch.
 
 mod answer;
+#[cfg(test)]
+pub(crate) use answer::CurrentLimit;
 mod error;
 mod explain;
 mod local_cache;
@@ -20,10 +22,12 @@ mod response;
 #[cfg(test)]
 mod tests;
 
-pub use answer::{Code, CurrentLimit, HeaderNames, Response, Status};
+pub(crate) use answer::Status;
+pub use answer::{Code, HeaderNames, Response};
 pub use error::LimitError;
-pub use explain::{Explained, Explanation, Step, Verdict, WindowState};
-pub use options::{FailureMode, LimiterOptions, RequestBounds};
+pub(crate) use explain::{Explained, Explanation, Step, Verdict, WindowState};
+pub(crate) use options::RequestBounds;
+pub use options::{FailureMode, LimiterOptions};
 
 use crate::algorithm::Spec;
 use crate::clock::Clock;

@@ -1,5 +1,5 @@
 //! The last 15 minutes of the service, kept in the process for the live
-//! page's charts: every [`STEP`] the cumulative counters are sampled into a
+//! page's charts: every `STEP` the cumulative counters are sampled into a
 //! ring of `SLOTS` samples (bounded memory, about 20 KiB), and the page's
 //! points are the differences between neighbours: requests per second, the
 //! share of answers over the limit, the p99 decision latency and store
@@ -13,9 +13,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Time between two samples.
-pub const STEP: Duration = Duration::from_secs(5);
+pub(crate) const STEP: Duration = Duration::from_secs(5);
 
-/// Samples kept: 15 minutes of [`STEP`]s, and the current one.
+/// Samples kept: 15 minutes of `STEP`s, and the current one.
 const SLOTS: usize = 181;
 
 /// The cumulative counters at one instant.
@@ -178,7 +178,7 @@ impl Metrics {
         }
     }
 
-    /// Samples the counters into the history (every [`STEP`], by the
+    /// Samples the counters into the history (every `STEP`, by the
     /// server's background task).
     pub fn record_history(&self, at: Instant) {
         self.history.record(at, self.sample());

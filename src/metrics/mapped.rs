@@ -58,7 +58,7 @@ fn label_text(labels: &[(String, String)]) -> String {
 }
 
 /// The mapped exposition of every reference stat that has moved.
-pub fn render_mapped(
+pub(crate) fn render_mapped(
     metrics: &Metrics,
     reloads: Option<&ReloadStats>,
     mapper: &Mapper,

@@ -35,13 +35,13 @@ use regex::Regex;
 use std::path::{Path, PathBuf};
 
 /// Prometheus' default histogram buckets (client_golang `DefBuckets`).
-pub const DEFAULT_BUCKETS: [f64; 11] = [
+pub(crate) const DEFAULT_BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// The reference's built-in mapping (`src/stats/prom/default_mapper.yaml`),
 /// used when `PROMETHEUS_MAPPER_YAML` is not set.
-pub const REFERENCE_DEFAULT_MAPPING: &str = include_str!("default_mapping.yaml");
+pub(crate) const REFERENCE_DEFAULT_MAPPING: &str = include_str!("default_mapping.yaml");
 
 /// The kind of a stat, as statsd_exporter's `match_metric_type` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,7 +222,7 @@ impl Mapper {
 
     /// The mapping of `stat` (a statsd name) of kind `kind`: the first glob
     /// that matches, else the first regex; `None` when nothing matches (the
-    /// stat is then exported under its escaped name, see [`escape_name`]).
+    /// stat is then exported under its escaped name, see `escape_name`).
     pub fn map(&self, stat: &str, kind: MetricType) -> Option<Mapped<'_>> {
         let applies = |m: &Mapping| m.kind.is_none_or(|k| k == kind);
         let fields: Vec<&str> = stat.split('.').collect();
@@ -296,7 +296,7 @@ fn expand_glob(template: &str, captures: &[&str]) -> String {
 /// statsd_exporter's `EscapeMetricName`: every character outside
 /// `[a-zA-Z0-9_]` becomes `_` (a run of `-` becomes one `_`), and a leading
 /// digit gets a `_` prefix.
-pub fn escape_name(name: &str) -> String {
+pub(crate) fn escape_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 1);
     if name.starts_with(|c: char| c.is_ascii_digit()) {
         out.push('_');

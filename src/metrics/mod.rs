@@ -16,22 +16,23 @@
 //! task: requests only bump atomics). `process` reads `/proc/self`.
 
 mod histogram;
-pub mod history;
-pub mod mapped;
-pub mod mapper;
-pub mod process;
+pub(crate) mod history;
+pub(crate) mod mapped;
+pub(crate) mod mapper;
+pub(crate) mod process;
 mod reload;
 mod render;
-pub mod rlqs;
-pub mod statsd;
-pub mod statsd_names;
-pub mod store;
+pub(crate) mod rlqs;
+pub(crate) mod statsd;
+pub(crate) mod statsd_names;
+pub(crate) mod store;
 #[cfg(test)]
 mod tests;
 
-pub use mapper::{Mapper, MapperError, MetricType};
+pub(crate) use mapper::MetricType;
+pub use mapper::{Mapper, MapperError};
 pub use reload::ReloadStats;
-pub use render::{render_memory_store, render_redis_calls};
+pub(crate) use render::{render_memory_store, render_redis_calls};
 
 use histogram::Histogram;
 use parking_lot::RwLock;
@@ -41,7 +42,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Default cap on distinct per-rule stats keys.
-pub const DEFAULT_MAX_SERIES: usize = 10_000;
+pub(crate) const DEFAULT_MAX_SERIES: usize = 10_000;
 
 /// The per-rule counters of the reference (`ratelimit.service.rate_limit.*`).
 #[derive(Debug, Default)]
@@ -83,12 +84,12 @@ pub struct RuleHit {
 /// Longest label value built from request data (stats keys of runtime
 /// values, unknown domains); longer ones are cut at a character boundary,
 /// so they may share a series.
-pub const MAX_LABEL_BYTES: usize = 256;
+pub(crate) const MAX_LABEL_BYTES: usize = 256;
 
 /// Most unknown domains with a series of their own: callers choose them, so
 /// they get a small cap of their own; past it they count in
 /// `ratelimit_metrics_series_dropped_total`.
-pub const MAX_UNKNOWN_DOMAINS: usize = 100;
+pub(crate) const MAX_UNKNOWN_DOMAINS: usize = 100;
 
 /// `text` cut to at most [`MAX_LABEL_BYTES`], on a character boundary.
 fn bounded_label(text: &str) -> &str {

@@ -10,7 +10,7 @@ const USER_HZ: f64 = 100.0;
 
 /// What `/proc/self` says about this process.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     /// User plus system CPU time, in seconds.
     pub cpu_seconds: f64,
     /// Resident set size, in bytes.
@@ -27,7 +27,7 @@ pub struct ProcessStats {
 
 impl ProcessStats {
     /// Reads `/proc/self`; `None` when it is not there or not understood.
-    pub fn read() -> Option<Self> {
+    pub(crate) fn read() -> Option<Self> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let boot = std::fs::read_to_string("/proc/stat").ok()?;
@@ -38,7 +38,7 @@ impl ProcessStats {
 
     /// Parses the texts of `/proc/self/stat`, `/proc/self/status`,
     /// `/proc/stat` and `/proc/self/limits`.
-    pub fn parse(
+    pub(crate) fn parse(
         stat: &str,
         status: &str,
         boot: &str,
@@ -78,7 +78,7 @@ impl ProcessStats {
     }
 
     /// Appends the metrics in the Prometheus text format.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         let mut metric = |name: &str, kind: &str, help: &str, value: String| {
             let _ = writeln!(
                 out,
@@ -127,7 +127,7 @@ impl ProcessStats {
 }
 
 /// Appends the process metrics, if `/proc/self` can be read.
-pub fn render_process(out: &mut String) {
+pub(crate) fn render_process(out: &mut String) {
     if let Some(stats) = ProcessStats::read() {
         stats.render(out);
     }

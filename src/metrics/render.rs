@@ -163,7 +163,7 @@ impl Metrics {
 }
 
 /// Appends the embedded store's gauges and eviction counter.
-pub fn render_memory_store(out: &mut String, stats: &crate::metrics::store::MemoryStats) {
+pub(crate) fn render_memory_store(out: &mut String, stats: &crate::metrics::store::MemoryStats) {
     let gauges = [
         (
             "ratelimit_memory_store_bytes",
@@ -217,7 +217,7 @@ pub fn render_memory_store(out: &mut String, stats: &crate::metrics::store::Memo
 
 /// Appends the Redis store's call counters: requests per call is how well
 /// concurrent requests share script calls.
-pub fn render_redis_calls(out: &mut String, stats: crate::metrics::store::CallStats) {
+pub(crate) fn render_redis_calls(out: &mut String, stats: crate::metrics::store::CallStats) {
     let counters = [
         (
             "ratelimit_redis_calls_total",

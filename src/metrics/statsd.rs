@@ -37,11 +37,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// Largest UDP payload: fits one Ethernet frame with room for headers.
-pub const MAX_UDP_PACKET: usize = 1432;
+pub(crate) const MAX_UDP_PACKET: usize = 1432;
 /// Largest single TCP write.
-pub const MAX_TCP_WRITE: usize = 64 * 1024;
+pub(crate) const MAX_TCP_WRITE: usize = 64 * 1024;
 /// Most timer lines sent one observation per line in one flush.
-pub const MAX_TIMER_LINES: usize = 2_000;
+pub(crate) const MAX_TIMER_LINES: usize = 2_000;
 /// Longest wait for one connect, resolve or send.
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -148,7 +148,7 @@ fn line(format: &Format, name: &str, value: u64, kind: &str, sample: Option<f64>
 
 /// What was reported at the previous flush, to send changes only.
 #[derive(Debug, Default)]
-pub struct Flusher {
+pub(crate) struct Flusher {
     counters: HashMap<String, u64>,
     times: HashMap<u64, u64>,
 }
@@ -156,7 +156,7 @@ pub struct Flusher {
 impl Flusher {
     /// The lines of one flush: counters that moved since the previous one,
     /// and the response times observed since.
-    pub fn lines(
+    pub(crate) fn lines(
         &mut self,
         metrics: &Metrics,
         reloads: Option<&ReloadStats>,
@@ -196,7 +196,7 @@ impl Flusher {
 
 /// Lines joined by `\n` into payloads of at most `max` bytes (a longer line
 /// goes alone).
-pub fn packets(lines: &[String], max: usize) -> Vec<(String, u64)> {
+pub(crate) fn packets(lines: &[String], max: usize) -> Vec<(String, u64)> {
     let mut out: Vec<(String, u64)> = Vec::new();
     let mut current = String::new();
     let mut count = 0;
@@ -350,7 +350,7 @@ impl Sink {
 }
 
 /// Flushes every `options.flush_interval` until `shutdown`, then once more.
-pub async fn run(
+pub(crate) async fn run(
     metrics: Arc<Metrics>,
     reloads: Option<Arc<ReloadStats>>,
     options: StatsdOptions,

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The response-time timer's name.
-pub const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
+pub(crate) const RESPONSE_TIME: &str = "ratelimit_server.ShouldRateLimit.response_time";
 
 /// One stat's current value (counters are totals since start).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +93,7 @@ impl Tags {
 
 /// Splits gostats' serialized tags back off a name: `a.b.__k=v` is
 /// `("a.b", [("k", "v")])`.
-pub fn split_tags(name: &str) -> (&str, Vec<(&str, &str)>) {
+pub(crate) fn split_tags(name: &str) -> (&str, Vec<(&str, &str)>) {
     let Some((short, rest)) = name.split_once(".__") else {
         return (name, Vec::new());
     };
@@ -111,7 +111,7 @@ static IPV4: LazyLock<Regex> = LazyLock::new(|| {
 
 /// The reference's `SanitizeStatName`: `:` and `|` become `_`, and so do
 /// the dots inside anything shaped like an IPv4 address.
-pub fn sanitize_stat_name(name: &str) -> String {
+pub(crate) fn sanitize_stat_name(name: &str) -> String {
     let replaced = name.replace([':', '|'], "_");
     IPV4.replace_all(&replaced, |c: &regex::Captures<'_>| {
         c.get(0)
@@ -122,7 +122,7 @@ pub fn sanitize_stat_name(name: &str) -> String {
 
 /// Longest response time recorded exactly; slower requests count as this
 /// many milliseconds (far beyond any rate-limit call's deadline).
-pub const MAX_TIMER_MS: u64 = 10_000;
+pub(crate) const MAX_TIMER_MS: u64 = 10_000;
 
 /// Response times in whole milliseconds (the reference's timer unit): one
 /// counter per millisecond, so both a statsd flush (the new observations)

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Service name when `TRACING_SERVICE_NAME` is not set (the reference's).
-pub const DEFAULT_SERVICE_NAME: &str = "RateLimit";
+pub(crate) const DEFAULT_SERVICE_NAME: &str = "RateLimit";
 
 /// Name of the store round-trip span on the embedded store.
 pub const MEMORY_STORE_SPAN: &str = "Memory Store Execution";
@@ -45,7 +45,7 @@ pub const REDIS_STORE_SPAN: &str = "Redis Pipeline Execution";
 const FLUSH_WITHIN: Duration = Duration::from_secs(10);
 
 /// Name of the span of one `ShouldRateLimit` call (the reference's).
-pub const CALL_SPAN: &str = "ShouldRateLimit Execution";
+pub(crate) const CALL_SPAN: &str = "ShouldRateLimit Execution";
 
 /// How spans leave the process (`TRACING_EXPORTER_PROTOCOL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use crate::store::CounterId;
 
 /// What the rules say about a bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// The same answer for every Envoy.
     Blanket {
         /// ALLOW_ALL or DENY_ALL.
@@ -30,7 +30,12 @@ pub enum Decision {
 }
 
 /// What the rules in `index` say about bucket `key` of `domain`.
-pub fn decide(index: &Index, domain: &str, key: &BucketKey, options: &RlqsOptions) -> Decision {
+pub(crate) fn decide(
+    index: &Index,
+    domain: &str,
+    key: &BucketKey,
+    options: &RlqsOptions,
+) -> Decision {
     let unmatched = match options.unmatched {
         Unmatched::AllowAll => Strategy::AllowAll,
         Unmatched::DenyAll => Strategy::DenyAll,

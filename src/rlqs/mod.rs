@@ -25,16 +25,17 @@
 
 mod decide;
 mod options;
-pub mod state;
+#[cfg(test)]
+use options::ENVOY_REPORT_INTERVAL;
+pub(crate) mod state;
 mod view;
 mod wire;
 
-pub use decide::{Decision, decide};
-pub use options::{
-    CLIENT_ID_HEADER, ENVOY_REPORT_INTERVAL, MAX_CLIENT_ID_BYTES, MIN_ASSIGNMENT_TTL, RlqsOptions,
-    Unmatched,
-};
-pub use view::{MemberView, SplitView, StrategyView, explain};
+pub(crate) use decide::Decision;
+pub(crate) use decide::decide;
+pub(crate) use options::{CLIENT_ID_HEADER, MAX_CLIENT_ID_BYTES, MIN_ASSIGNMENT_TTL};
+pub use options::{RlqsOptions, Unmatched};
+pub(crate) use view::explain;
 use wire::{abandon, assignment, micro_rate, pushed_kind};
 
 use crate::algorithm::quota_split::{self as split, Budget, Strategy};
@@ -62,7 +63,7 @@ use tracing::{debug, warn};
 
 /// The RLQS service handed to tonic.
 #[derive(Debug, Clone)]
-pub struct RlqsService {
+pub(crate) struct RlqsService {
     inner: Arc<Shared>,
 }
 
@@ -70,7 +71,7 @@ pub struct RlqsService {
 /// demand registry, the clock and the metrics. The same ones the RLS
 /// limiter uses, handed over one by one so RLQS depends on no service.
 #[derive(Debug, Clone)]
-pub struct Sources {
+pub(crate) struct Sources {
     /// The rules in force (swapped on reload).
     pub rules: SharedIndex,
     /// The store: the demand registry lives beside the counters.
@@ -99,7 +100,7 @@ impl RlqsService {
     /// stream ends (OK status, so Envoys reconnect, to this instance or
     /// another) once `draining` is cancelled: streams live as long as their
     /// Envoy, and shutdown must not wait for them.
-    pub fn new(sources: Sources, options: RlqsOptions, draining: CancellationToken) -> Self {
+    pub(crate) fn new(sources: Sources, options: RlqsOptions, draining: CancellationToken) -> Self {
         Self {
             inner: Arc::new(Shared {
                 sources,

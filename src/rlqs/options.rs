@@ -5,20 +5,20 @@ use std::time::Duration;
 
 /// How often Envoy 1.40 reports every bucket it knows, whatever
 /// `reporting_interval` says.
-pub const ENVOY_REPORT_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const ENVOY_REPORT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The gRPC metadata an Envoy may name itself with
 /// (`grpc_service.initial_metadata`), so a reconnecting Envoy keeps its
 /// place in every bucket's split instead of joining as a newcomer.
-pub const CLIENT_ID_HEADER: &str = "rlqs-client-id";
+pub(crate) const CLIENT_ID_HEADER: &str = "rlqs-client-id";
 
 /// Longest client id taken from [`CLIENT_ID_HEADER`]; a longer one is
 /// ignored (the stream gets a name of its own).
-pub const MAX_CLIENT_ID_BYTES: usize = 128;
+pub(crate) const MAX_CLIENT_ID_BYTES: usize = 128;
 
 /// The shortest TTL sent: Envoy 1.40 expires anything under a second at
 /// once.
-pub const MIN_ASSIGNMENT_TTL: Duration = Duration::from_secs(1);
+pub(crate) const MIN_ASSIGNMENT_TTL: Duration = Duration::from_secs(1);
 
 /// What a bucket that matches no rule (or a domain without rules) gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,7 +36,7 @@ pub struct RlqsOptions {
     /// `RLQS_UNMATCHED_BEHAVIOR`.
     pub unmatched: Unmatched,
     /// `RLQS_ASSIGNMENT_TTL`: how long an Envoy keeps an assignment without
-    /// hearing from floodgate (at least [`MIN_ASSIGNMENT_TTL`]).
+    /// hearing from floodgate (at least `MIN_ASSIGNMENT_TTL`).
     pub assignment_ttl: Duration,
     /// `RLQS_IDLE_TIMEOUT`: a bucket reporting no request for this long is
     /// abandoned.
@@ -60,7 +60,7 @@ impl Default for RlqsOptions {
 }
 
 impl RlqsOptions {
-    /// The TTL sent, never under [`MIN_ASSIGNMENT_TTL`].
+    /// The TTL sent, never under `MIN_ASSIGNMENT_TTL`.
     pub fn ttl(&self) -> Duration {
         self.assignment_ttl.max(MIN_ASSIGNMENT_TTL)
     }

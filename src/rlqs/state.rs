@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// A bucket id as a descriptor: its pairs sorted by key.
-pub type BucketKey = Vec<(String, String)>;
+pub(crate) type BucketKey = Vec<(String, String)>;
 
 /// Why a bucket id or a domain is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InputError {
+pub(crate) enum InputError {
     /// A bucket id without any pair.
     #[error("bucket id has no entries")]
     EmptyBucket,
@@ -88,7 +88,7 @@ impl Default for StreamBounds {
 /// # Errors
 ///
 /// [`InputError`] naming the bound that was crossed.
-pub fn bucket_key(
+pub(crate) fn bucket_key(
     pairs: impl ExactSizeIterator<Item = (String, String)>,
     bounds: &StreamBounds,
 ) -> Result<BucketKey, InputError> {
@@ -125,7 +125,7 @@ pub fn bucket_key(
 }
 
 /// The descriptor entries a bucket key is matched as.
-pub fn entries(key: &BucketKey) -> Vec<Entry> {
+pub(crate) fn entries(key: &BucketKey) -> Vec<Entry> {
     key.iter()
         .map(|(k, v)| Entry {
             key: k.clone(),
@@ -136,7 +136,7 @@ pub fn entries(key: &BucketKey) -> Vec<Entry> {
 
 /// What the stream remembers of one bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BucketState {
+pub(crate) struct BucketState {
     /// The last assignment pushed, if any.
     pub pushed: Option<Strategy>,
     /// When it was pushed.
@@ -147,7 +147,7 @@ pub struct BucketState {
 
 /// What to do with one reported bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Keep it and decide its assignment.
     Track,
     /// Tell the Envoy to forget it: idle past the idle timeout. Carries the
@@ -159,29 +159,25 @@ pub enum Step {
 
 /// One stream's memory.
 #[derive(Debug, Default)]
-pub struct StreamState {
+pub(crate) struct StreamState {
     domain: Option<String>,
     buckets: HashMap<BucketKey, BucketState>,
 }
 
 impl StreamState {
-    /// The stream's domain, once known.
-    pub fn domain(&self) -> Option<&str> {
-        self.domain.as_deref()
-    }
-
     /// Number of buckets tracked.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.buckets.len()
     }
 
     /// Whether no bucket is tracked.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
 
     /// Every tracked bucket's last assignment.
-    pub fn pushed(&self) -> impl Iterator<Item = Strategy> + '_ {
+    pub(crate) fn pushed(&self) -> impl Iterator<Item = Strategy> + '_ {
         self.buckets.values().filter_map(|state| state.pushed)
     }
 
@@ -191,7 +187,11 @@ impl StreamState {
     /// # Errors
     ///
     /// [`InputError`] for a missing, too long or changed domain.
-    pub fn check_domain(&mut self, domain: &str, max_bytes: usize) -> Result<&str, InputError> {
+    pub(crate) fn check_domain(
+        &mut self,
+        domain: &str,
+        max_bytes: usize,
+    ) -> Result<&str, InputError> {
         match &self.domain {
             Some(known) if domain.is_empty() || domain == known => {}
             Some(known) => {
@@ -215,7 +215,7 @@ impl StreamState {
     /// do with the bucket. A new bucket is tracked while the stream has
     /// room; a bucket that saw no request for `idle` is abandoned (and
     /// forgotten here).
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         key: &BucketKey,
         requests: u64,
@@ -257,7 +257,7 @@ impl StreamState {
     /// changed, or pushed half a `ttl` ago or more (a refresh, so the
     /// Envoy's copy never expires while the stream lives). Records the
     /// push and returns the assignment it replaces.
-    pub fn should_push(
+    pub(crate) fn should_push(
         &mut self,
         key: &BucketKey,
         strategy: Strategy,

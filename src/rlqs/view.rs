@@ -12,7 +12,7 @@ use crate::store::rlqs::{DemandRegistry, Member};
 
 /// One member's part of a bucket's split, for the operator view.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct MemberView {
+pub(crate) struct MemberView {
     /// The member (client id or stream name).
     pub member: String,
     /// Measured demand, requests per second.
@@ -28,7 +28,7 @@ pub struct MemberView {
 /// An assignment as JSON.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(tag = "strategy", rename_all = "snake_case")]
-pub enum StrategyView {
+pub(crate) enum StrategyView {
     /// ALLOW_ALL.
     AllowAll,
     /// DENY_ALL.
@@ -63,7 +63,7 @@ impl From<Strategy> for StrategyView {
 
 /// How a bucket is split now (`GET /rlqs`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct SplitView {
+pub(crate) struct SplitView {
     /// The domain asked for.
     pub domain: String,
     /// The bucket id, pairs in key order.
@@ -87,7 +87,7 @@ pub struct SplitView {
 /// # Errors
 ///
 /// [`StoreError`] when the store cannot be read.
-pub async fn explain(
+pub(crate) async fn explain(
     sources: &super::Sources,
     options: &RlqsOptions,
     domain: &str,

@@ -28,7 +28,7 @@ pub use options::{Listeners, ReloadOptions, ServeError, ServeOptions, StatsExpor
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
-pub use tls::{TlsError, TlsOptions};
+pub use tls::TlsOptions;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

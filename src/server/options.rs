@@ -137,9 +137,9 @@ pub struct ReloadOptions {
 
 impl ReloadOptions {
     /// Reloads from `dir` with `load`, checking every
-    /// [`DEFAULT_POLL_INTERVAL`](crate::config::DEFAULT_POLL_INTERVAL).
+    /// `DEFAULT_POLL_INTERVAL`.
     ///
-    /// Takes the directory's [`Fingerprint`] now: call it *before* loading
+    /// Takes the directory's `Fingerprint` now: call it *before* loading
     /// the initial index, so a change made during that load is not missed.
     /// Blocking file I/O.
     pub fn new(dir: PathBuf, load: LoadOptions) -> Self {

@@ -116,7 +116,7 @@ pub struct ServeArgs {
 
 /// OTLP transport of spans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum TracingExporterProtocol {
+pub(crate) enum TracingExporterProtocol {
     /// Protobuf over HTTP POST to `<endpoint>/v1/traces`.
     Http,
     /// gRPC `TraceService/Export`.
@@ -125,7 +125,7 @@ pub enum TracingExporterProtocol {
 
 /// What to answer when the store fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnStoreError {
+pub(crate) enum OnStoreError {
     /// gRPC UNAVAILABLE (Envoy's `failure_mode_deny` decides).
     Error,
     /// Answer OK (fail open).
@@ -136,7 +136,7 @@ pub enum OnStoreError {
 
 /// Redis deployment kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RedisType {
+pub(crate) enum RedisType {
     /// One server.
     Single,
     /// A master found through Sentinel.
@@ -196,7 +196,7 @@ pub struct StoreArgs {
 
 /// What an RLQS bucket matching no rule gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RlqsUnmatched {
+pub(crate) enum RlqsUnmatched {
     /// ALLOW_ALL (as RLS answers OK).
     Allow,
     /// DENY_ALL.

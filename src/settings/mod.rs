@@ -16,19 +16,19 @@ mod tests;
 pub(crate) mod vars;
 mod xds;
 
-pub use crate::telemetry::LogFormat;
-pub use flags::TracingExporterProtocol;
-pub use flags::{
-    BackendType, OnStoreError, RedisType, RlqsArgs, RlqsUnmatched, ServeArgs, StoreArgs,
-};
-pub use parse::parse_duration;
+pub(crate) use crate::telemetry::LogFormat;
+pub(crate) use flags::TracingExporterProtocol;
+pub use flags::{BackendType, ServeArgs};
+pub(crate) use flags::{OnStoreError, RedisType, RlqsUnmatched};
+pub(crate) use flags::{RlqsArgs, StoreArgs};
+pub(crate) use parse::parse_duration;
 use parse::{
     addr_from_env, boolean, choice, duration, number, parse_listen_addr, pick, runtime_dir,
 };
-pub use redis::RedisSettings;
+pub(crate) use redis::RedisSettings;
 use redis::redis_config;
-pub use stats::{StatsArgs, StatsSettings};
-pub use xds::{ConfigType, XdsArgs};
+pub(crate) use stats::{StatsArgs, StatsSettings};
+pub(crate) use xds::XdsArgs;
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
 use crate::server::{ServeOptions, TlsOptions};
@@ -44,7 +44,7 @@ use std::time::Duration;
 pub type Env = HashMap<String, String>;
 
 /// Rule directory used when neither the flag nor any `RUNTIME_*` variable is set.
-pub const DEFAULT_CONFIG_DIR: &str = "examples/config";
+pub(crate) const DEFAULT_CONFIG_DIR: &str = "examples/config";
 const DEFAULT_HOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const DEFAULT_GRPC_PORT: u16 = 8081;
 const DEFAULT_HTTP_PORT: u16 = 8080;

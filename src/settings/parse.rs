@@ -157,7 +157,7 @@ pub(super) fn boolean(
 /// # Errors
 ///
 /// A message naming the accepted forms.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())

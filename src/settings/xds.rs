@@ -7,7 +7,7 @@ use crate::config::xds::{Backoff, XdsOptions, XdsTls};
 
 /// Where rules come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub enum ConfigType {
+pub(crate) enum ConfigType {
     /// The rule directory, polled for changes.
     #[default]
     File,

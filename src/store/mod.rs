@@ -5,12 +5,12 @@
 //! identities, algorithm parameters and hit counts.
 
 mod identity;
-pub mod memory;
-pub mod redis;
-pub mod rlqs;
+pub(crate) mod memory;
+pub(crate) mod redis;
+pub(crate) mod rlqs;
 
 pub use identity::CounterId;
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, SnapshotError};
 pub use redis::{RedisConfig, RedisMode, RedisStore, RedisTls};
 
 use crate::algorithm::{Outcome, Spec};

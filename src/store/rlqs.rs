@@ -20,10 +20,10 @@ use std::time::Duration;
 
 /// Most members one bucket tracks; a member past it is not admitted (and
 /// gets no share) until others go stale.
-pub const MAX_MEMBERS: usize = 1_024;
+pub(crate) const MAX_MEMBERS: usize = 1_024;
 
 /// Largest request count one report may carry (more is counted as this).
-pub const MAX_REPORTED_REQUESTS: u64 = 1_000_000_000;
+pub(crate) const MAX_REPORTED_REQUESTS: u64 = 1_000_000_000;
 
 /// One member's report on one bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ pub struct Grant {
     pub units: u64,
     /// Live members of the bucket, this one included.
     pub members: u64,
-    /// False when the bucket is full ([`MAX_MEMBERS`]): nothing was recorded.
+    /// False when the bucket is full (`MAX_MEMBERS`): nothing was recorded.
     pub admitted: bool,
 }
 

@@ -15,11 +15,11 @@
 use crate::support::envoy::Envoy;
 use crate::support::grpc::{TestServer, index};
 use crate::support::poll_until_async;
-use floodgate::clock::SystemClock;
-use floodgate::limiter::LimiterOptions;
-use floodgate::rlqs::RlqsOptions;
-use floodgate::server::ServeOptions;
-use floodgate::store::{MemoryStore, StoreKind};
+use floodgate::LimiterOptions;
+use floodgate::RlqsOptions;
+use floodgate::ServeOptions;
+use floodgate::SystemClock;
+use floodgate::{MemoryStore, StoreKind};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

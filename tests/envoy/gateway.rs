@@ -217,7 +217,7 @@ fn certificate(dir: &Path, make_key: &[&str], header: &str) -> (PathBuf, PathBuf
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_keys_load_as_pkcs1_pkcs8_and_sec1() {
-    use floodgate::server::TlsOptions;
+    use floodgate::TlsOptions;
     let kinds: [(&[&str], &str); 3] = [
         (
             &["genrsa", "-traditional", "-out", "tls.key", "2048"],

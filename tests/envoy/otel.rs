@@ -13,15 +13,13 @@ use crate::support::floodgate::Floodgate;
 use crate::support::grpc::{TestServer, index, request};
 use crate::support::otlp::{OtlpReceiver, ReceivedSpan};
 use crate::support::redis::RedisServer;
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::limiter::LimiterOptions;
-use floodgate::otel::{
-    ExportProtocol, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingSettings,
-};
+use floodgate::LimiterOptions;
+use floodgate::ServeOptions;
 use floodgate::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use floodgate::server::ServeOptions;
-use floodgate::store::{MemoryStore, RedisMode, StoreKind};
+use floodgate::{ExportProtocol, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingSettings};
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{MemoryStore, RedisMode, StoreKind};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;

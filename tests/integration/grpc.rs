@@ -2,10 +2,10 @@
 //! floodgate on the embedded store with a manual clock.
 
 use crate::support::grpc::{TestServer, ask, index, request};
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::limiter::LimiterOptions;
+use floodgate::LimiterOptions;
 use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
-use floodgate::store::{MemoryStore, StoreKind};
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{MemoryStore, StoreKind};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -179,7 +179,7 @@ async fn override_and_per_descriptor_hits_addend() {
 #[tokio::test]
 async fn response_headers_when_enabled() {
     let (server, _) = start(LimiterOptions {
-        response_headers: Some(floodgate::limiter::HeaderNames::default()),
+        response_headers: Some(floodgate::HeaderNames::default()),
         ..LimiterOptions::default()
     })
     .await;

@@ -3,9 +3,9 @@
 
 use crate::support::grpc::{TestServer, index};
 use crate::support::http::{get, post_json};
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::limiter::{HeaderNames, LimiterOptions};
-use floodgate::store::{MemoryStore, StoreKind};
+use floodgate::{HeaderNames, LimiterOptions};
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{MemoryStore, StoreKind};
 use std::sync::Arc;
 
 const RULES: &str = r"

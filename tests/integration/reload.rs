@@ -3,13 +3,13 @@
 
 use crate::support::grpc::{TestServer, ask, request};
 use crate::support::http;
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::config::{LoadOptions, load_dir};
-use floodgate::limiter::LimiterOptions;
-use floodgate::metrics::ReloadStats;
+use floodgate::LimiterOptions;
+use floodgate::ReloadStats;
 use floodgate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
-use floodgate::server::{ReloadOptions, ServeOptions};
-use floodgate::store::{MemoryStore, StoreKind};
+use floodgate::{LoadOptions, load_dir};
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{MemoryStore, StoreKind};
+use floodgate::{ReloadOptions, ServeOptions};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

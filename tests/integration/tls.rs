@@ -1,7 +1,7 @@
 //! gRPC over TLS and mTLS, with certificates generated in the test.
 
 use crate::support::tls::{Ca, Pem, start, try_ask, write};
-use floodgate::server::TlsOptions;
+use floodgate::TlsOptions;
 use std::path::Path;
 use std::time::Duration;
 

@@ -6,10 +6,10 @@
 use crate::support::backends::{connected, redis_config};
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::redis::RedisCluster;
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::limiter::LimiterOptions;
+use floodgate::LimiterOptions;
+use floodgate::RedisMode;
 use floodgate::proto::envoy::service::ratelimit::v3::RateLimitRequest;
-use floodgate::store::RedisMode;
+use floodgate::{ManualClock, UnixMillis};
 use std::sync::Arc;
 
 const RULES: &str = r"

@@ -5,10 +5,10 @@
 use crate::support::backends::{Backend, cluster, memory, standalone};
 use crate::support::grpc::index;
 use arc_swap::ArcSwap;
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::descriptor::{Descriptor, Request};
-use floodgate::limiter::{Code, Limiter, LimiterOptions, Response};
-use floodgate::store::StoreKind;
+use floodgate::StoreKind;
+use floodgate::{Code, Limiter, LimiterOptions, Response};
+use floodgate::{Descriptor, Request};
+use floodgate::{ManualClock, UnixMillis};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -9,9 +9,9 @@ use crate::support::backends::{Backend, cluster, connected, memory, redis_config
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::http::{get, post_json};
 use crate::support::redis::RedisServer;
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::limiter::LimiterOptions;
-use floodgate::store::RedisMode;
+use floodgate::LimiterOptions;
+use floodgate::RedisMode;
+use floodgate::{ManualClock, UnixMillis};
 use serde_json::{Value, json};
 use std::process::Command;
 use std::sync::Arc;
@@ -617,8 +617,8 @@ async fn explain_answers_503_when_the_store_cannot_be_read() {
 /// the README for a descriptor named twice) over every kind of rule above,
 /// random clock steps.
 fn explain_predicts_the_decision_on(backend: impl std::future::Future<Output = Backend>) {
-    use floodgate::descriptor::{Descriptor, Request};
-    use floodgate::limiter::Limiter;
+    use floodgate::Limiter;
+    use floodgate::{Descriptor, Request};
     use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
     const KEYS: [&str; 11] = [

@@ -13,10 +13,10 @@
 use crate::support::backends::{Backend, cluster, memory, redis_config, standalone};
 use crate::support::grpc::index;
 use arc_swap::ArcSwap;
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::descriptor::{Descriptor, RateLimitOverride, Request, Unit};
-use floodgate::limiter::{Code, Limiter, LimiterOptions};
-use floodgate::store::{RedisConfig, RedisStore, StoreKind};
+use floodgate::{Code, Limiter, LimiterOptions};
+use floodgate::{Descriptor, RateLimitOverride, Request, Unit};
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{RedisConfig, RedisStore, StoreKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::{HashMap, HashSet};
@@ -837,7 +837,7 @@ static CASE: AtomicU64 = AtomicU64::new(0);
 /// a key prefix of its own.
 fn fresh_store(backend: &Backend, rt: &tokio::runtime::Runtime) -> StoreKind {
     match &backend.store {
-        StoreKind::Memory(_) => StoreKind::Memory(floodgate::store::MemoryStore::new()),
+        StoreKind::Memory(_) => StoreKind::Memory(floodgate::MemoryStore::new()),
         StoreKind::Redis { main, .. } => {
             let config = RedisConfig {
                 key_prefix: format!("case{}:", CASE.fetch_add(1, Ordering::Relaxed)),

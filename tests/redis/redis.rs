@@ -5,9 +5,9 @@
 use crate::support::backends::{connected, redis_config};
 use crate::support::grpc::{TestServer, ask, index, request};
 use crate::support::redis::RedisServer;
-use floodgate::clock::{ManualClock, SystemClock, UnixMillis};
-use floodgate::limiter::{FailureMode, LimiterOptions};
-use floodgate::store::{RedisConfig, RedisMode, RedisStore, StoreKind};
+use floodgate::{FailureMode, LimiterOptions};
+use floodgate::{ManualClock, SystemClock, UnixMillis};
+use floodgate::{RedisConfig, RedisMode, RedisStore, StoreKind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -197,7 +197,7 @@ async fn requests_queued_behind_a_call_share_the_next_one_and_count_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_abandoned_while_queued_counts_nothing() {
-    use floodgate::descriptor::{Descriptor, Request};
+    use floodgate::{Descriptor, Request};
     let redis = RedisServer::start();
     let config = RedisConfig {
         timeout: Duration::from_secs(20),
@@ -256,9 +256,9 @@ async fn a_request_abandoned_while_queued_counts_nothing() {
 /// frozen, none waits for it to return.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_timeout_answers_requests_queued_behind_a_hung_call() {
-    use floodgate::descriptor::{Descriptor, Request};
-    use floodgate::limiter::LimitError;
-    use floodgate::store::StoreError;
+    use floodgate::LimitError;
+    use floodgate::StoreError;
+    use floodgate::{Descriptor, Request};
     let redis = RedisServer::start();
     let config = RedisConfig {
         timeout: Duration::from_millis(300),
@@ -743,7 +743,7 @@ async fn cluster_reloads_flushed_scripts_on_every_node() {
 async fn tls_with_a_private_ca_and_a_client_certificate() {
     let pki = crate::support::tls::redis_pki();
     let redis = RedisServer::start_tls(pki.path(), true);
-    let tls = floodgate::store::RedisTls {
+    let tls = floodgate::RedisTls {
         ca_cert: Some(pki.path().join("ca.pem")),
         client_cert: Some(pki.path().join("client.pem")),
         client_key: Some(pki.path().join("client.key")),
@@ -767,7 +767,7 @@ async fn tls_with_a_private_ca_and_a_client_certificate() {
 
     // Without the client certificate the server refuses the handshake.
     let no_client_cert = RedisConfig {
-        tls: Some(floodgate::store::RedisTls {
+        tls: Some(floodgate::RedisTls {
             client_cert: None,
             client_key: None,
             ..tls
@@ -789,10 +789,10 @@ async fn tls_hostname_checks_can_be_skipped_but_not_the_ca() {
     let pki = crate::support::tls::redis_pki();
     let redis = RedisServer::start_tls(pki.path(), false);
     let by_ip = |skip: bool| RedisConfig {
-        tls: Some(floodgate::store::RedisTls {
+        tls: Some(floodgate::RedisTls {
             ca_cert: Some(pki.path().join("ca.pem")),
             skip_hostname_verification: skip,
-            ..floodgate::store::RedisTls::default()
+            ..floodgate::RedisTls::default()
         }),
         connect_timeout: Duration::from_millis(500),
         ..redis_config(RedisMode::Single, format!("127.0.0.1:{}", redis.port))
@@ -806,9 +806,9 @@ async fn tls_hostname_checks_can_be_skipped_but_not_the_ca() {
     // Another CA is never trusted.
     let other = crate::support::tls::redis_pki();
     let wrong_ca = RedisConfig {
-        tls: Some(floodgate::store::RedisTls {
+        tls: Some(floodgate::RedisTls {
             ca_cert: Some(other.path().join("ca.pem")),
-            ..floodgate::store::RedisTls::default()
+            ..floodgate::RedisTls::default()
         }),
         connect_timeout: Duration::from_millis(500),
         ..redis_config(RedisMode::Single, format!("localhost:{}", redis.port))

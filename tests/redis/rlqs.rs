@@ -9,12 +9,12 @@ use crate::support::grpc::{TestServer, index};
 use crate::support::http;
 use crate::support::redis::RedisServer;
 use crate::support::rlqs::{Answer, Assigned, RlqsClient, usage};
-use floodgate::clock::{ManualClock, UnixMillis};
-use floodgate::limiter::LimiterOptions;
-use floodgate::rlqs::RlqsOptions;
-use floodgate::rlqs::state::StreamBounds;
-use floodgate::server::ServeOptions;
-use floodgate::store::{MemoryStore, RedisMode, StoreKind};
+use floodgate::LimiterOptions;
+use floodgate::RlqsOptions;
+use floodgate::ServeOptions;
+use floodgate::StreamBounds;
+use floodgate::{ManualClock, UnixMillis};
+use floodgate::{MemoryStore, RedisMode, StoreKind};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -164,7 +164,7 @@ async fn first_report_gets_assignments_with_a_ttl_for_every_kind_of_rule() {
 async fn unmatched_buckets_can_be_denied() {
     let clock = clock();
     let rlqs = RlqsOptions {
-        unmatched: floodgate::rlqs::Unmatched::DenyAll,
+        unmatched: floodgate::Unmatched::DenyAll,
         ..options()
     };
     let server = server(StoreKind::Memory(MemoryStore::new()), &clock, rlqs).await;
@@ -487,7 +487,7 @@ async fn two_instances_on_one_redis_cluster_split_one_budget() {
         .await
         .unwrap();
     // The two instances share one prefix, apart from other tests' keys.
-    let config = floodgate::store::RedisConfig {
+    let config = floodgate::RedisConfig {
         key_prefix: "rlqs_split_".to_owned(),
         ..redis_config(RedisMode::Cluster, cluster.seeds())
     };
@@ -584,7 +584,7 @@ async fn rlqs_is_served_over_the_same_tls() {
         LimiterOptions::default(),
         ServeOptions {
             shutdown_grace: Duration::from_secs(5),
-            tls: Some(floodgate::server::TlsOptions {
+            tls: Some(floodgate::TlsOptions {
                 cert: write(dir.path(), "tls.crt", &pem.cert),
                 key: write(dir.path(), "tls.key", &pem.key),
                 client_ca: None,
@@ -618,9 +618,9 @@ async fn rlqs_is_served_over_the_same_tls() {
 /// grants from both, and the grants held never exceed the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_script_and_the_memory_registry_agree_on_random_reports() {
+    use floodgate::CounterId;
     use floodgate::algorithm::quota_split::UNITS;
-    use floodgate::store::CounterId;
-    use floodgate::store::rlqs::{DemandRegistry, DemandReport};
+    use floodgate::{DemandRegistry, DemandReport};
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 

@@ -2,7 +2,7 @@
 //! of its own, or the Redis Cluster the test binary shares.
 
 use super::redis::{RedisServer, shared_cluster};
-use floodgate::store::{MemoryStore, RedisConfig, RedisMode, RedisStore, StoreKind};
+use floodgate::{MemoryStore, RedisConfig, RedisMode, RedisStore, StoreKind};
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,15 +1,15 @@
 //! `TestServer`: floodgate serving on 127.0.0.1 port 0, with a client.
 
 use arc_swap::ArcSwap;
-use floodgate::clock::Clock;
-use floodgate::config::{Index, LoadOptions, Source, load_sources};
-use floodgate::limiter::{Limiter, LimiterOptions};
+use floodgate::Clock;
+use floodgate::StoreKind;
 use floodgate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use floodgate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use floodgate::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use floodgate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use floodgate::server::{Listeners, ServeError, ServeOptions, serve};
-use floodgate::store::StoreKind;
+use floodgate::{Index, LoadOptions, Source, load_sources};
+use floodgate::{Limiter, LimiterOptions};
+use floodgate::{Listeners, ServeError, ServeOptions, serve};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;

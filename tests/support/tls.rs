@@ -109,11 +109,11 @@ const TLS_RULES: &str = "domain: edge\ndescriptors:\n  - key: user\n    rate_lim
 
 /// A test server with the `edge` rules on the embedded store, serving gRPC
 /// over `tls`.
-pub async fn start(tls: floodgate::server::TlsOptions) -> super::grpc::TestServer {
-    use floodgate::clock::{ManualClock, UnixMillis};
-    use floodgate::limiter::LimiterOptions;
-    use floodgate::server::ServeOptions;
-    use floodgate::store::{MemoryStore, StoreKind};
+pub async fn start(tls: floodgate::TlsOptions) -> super::grpc::TestServer {
+    use floodgate::LimiterOptions;
+    use floodgate::ServeOptions;
+    use floodgate::{ManualClock, UnixMillis};
+    use floodgate::{MemoryStore, StoreKind};
     super::grpc::TestServer::start_with(
         super::grpc::index(&[("edge.yaml", TLS_RULES)]),
         StoreKind::Memory(MemoryStore::new()),

@@ -6,7 +6,7 @@
 //! The server can stop (its streams end) and come back on the same port
 //! with the same state.
 
-use floodgate::config::xds::RATE_LIMIT_CONFIG_TYPE;
+use floodgate::RATE_LIMIT_CONFIG_TYPE;
 use floodgate::proto::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
 };

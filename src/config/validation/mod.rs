@@ -28,7 +28,8 @@ mod rate_limit;
 mod tests;
 mod tree;
 
-pub use error::{ConfigError, ConfigIssue};
+pub use error::ConfigError;
+pub(crate) use error::ConfigIssue;
 use keys::{MapKind, check_keys};
 use rate_limit::{check_rate_limit, check_rate_limits};
 use tree::{BuildDomain, BuildLevel, add_descriptors, freeze};

@@ -20,11 +20,11 @@ pub const RATE_LIMIT_CONFIG_TYPE: &str =
 /// Most resources (rule sets, about one per domain) one response may carry.
 /// Their total size is bounded by the message size limit; this bounds the
 /// count of tiny ones.
-pub const MAX_RESOURCES: usize = 10_000;
+pub(crate) const MAX_RESOURCES: usize = 10_000;
 
 /// Why a response's rules were rejected (and NACKed).
 #[derive(Debug, thiserror::Error)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     /// More resources than [`MAX_RESOURCES`].
     #[error("response has {count} resources; at most {MAX_RESOURCES} are allowed")]
     TooManyResources {
@@ -55,14 +55,14 @@ pub enum Rejection {
 
 /// Longest NACK text: enough for dozens of problems, small enough that a
 /// server never refuses the NACK for its size.
-pub const MAX_DETAIL_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_DETAIL_BYTES: usize = 16 * 1024;
 
 impl Rejection {
     /// The text sent back in the NACK's `error_detail`: every rule problem
     /// on its own line (as `check-config` prints them), or the error with
     /// its cause; at most [`MAX_DETAIL_BYTES`], saying how many problems
     /// did not fit.
-    pub fn detail(&self) -> String {
+    pub(crate) fn detail(&self) -> String {
         let mut text = match self {
             Self::Invalid(err) if !err.issues().is_empty() => {
                 let issues = err.issues();
@@ -99,7 +99,10 @@ impl Rejection {
 /// # Errors
 /// [`Rejection`] naming the first resource that cannot be decoded, or every
 /// rule problem.
-pub fn index_of(resources: &[prost_types::Any], options: &LoadOptions) -> Result<Index, Rejection> {
+pub(crate) fn index_of(
+    resources: &[prost_types::Any],
+    options: &LoadOptions,
+) -> Result<Index, Rejection> {
     if resources.len() > MAX_RESOURCES {
         return Err(Rejection::TooManyResources {
             count: resources.len(),

@@ -21,20 +21,20 @@ mod convert;
 
 pub use backoff::Backoff;
 pub use client::{RuleFeed, XdsClient, XdsError};
-pub use convert::{MAX_DETAIL_BYTES, MAX_RESOURCES, RATE_LIMIT_CONFIG_TYPE, Rejection, index_of};
+pub use convert::RATE_LIMIT_CONFIG_TYPE;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Management server used when none is set (`CONFIG_GRPC_XDS_SERVER_URL`).
-pub const DEFAULT_SERVER_URL: &str = "localhost:18000";
+pub(crate) const DEFAULT_SERVER_URL: &str = "localhost:18000";
 /// Node id used when none is set (`CONFIG_GRPC_XDS_NODE_ID`).
-pub const DEFAULT_NODE_ID: &str = "default";
+pub(crate) const DEFAULT_NODE_ID: &str = "default";
 /// Largest response accepted by default: gRPC's default receive limit.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
+pub(crate) const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 /// Wait between two failed connection attempts by default
 /// (`CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL`).
-pub const DEFAULT_CONNECT_RETRY_INTERVAL: Duration = Duration::from_secs(3);
+pub(crate) const DEFAULT_CONNECT_RETRY_INTERVAL: Duration = Duration::from_secs(3);
 
 /// How to reach the management server and who to say we are.
 #[derive(Debug, Clone, PartialEq)]

@@ -50,11 +50,11 @@ struct ShardMap {
 type Shard = Mutex<ShardMap>;
 
 /// How often ended windows are reclaimed.
-pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Default byte budget: half the 256 MiB the Kubernetes manifest gives the
 /// pod, leaving room for the rest of the process.
-pub const DEFAULT_MAX_BYTES: usize = 128 << 20;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 128 << 20;
 
 /// Where and how often the embedded store writes its snapshot
 /// (`MEMORY_STORE_SNAPSHOT_PATH`, `MEMORY_STORE_SNAPSHOT_INTERVAL`).
@@ -364,7 +364,7 @@ impl MemoryStore {
         removed
     }
 
-    /// Sweeps every [`SWEEP_INTERVAL`] until `shutdown`.
+    /// Sweeps every `SWEEP_INTERVAL` until `shutdown`.
     pub async fn sweep_until(
         &self,
         clock: Arc<dyn crate::clock::Clock>,
