@@ -10,7 +10,6 @@ use floodgate::{LoadOptions, load_dir};
 use floodgate::{ManualClock, UnixMillis};
 use floodgate::{MemoryStore, StoreKind};
 use floodgate::{ReloadOptions, ServeOptions};
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,24 +18,6 @@ const DOMAIN_A: &str = "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {un
 const DOMAIN_A_TIGHTER: &str = "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 10}\n";
 const DOMAIN_B: &str =
     "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n";
-
-/// Polls `check` every 50 ms until it returns true; panics after 10 s.
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let done = crate::support::poll_until_async(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || {
-            let check = check();
-            async move { check.await.then_some(true) }
-        },
-    )
-    .await;
-    assert!(done, "timed out waiting for {what}");
-}
 
 struct Reloading {
     server: TestServer,
@@ -107,7 +88,7 @@ async fn added_file_serves_its_domain() {
     assert_eq!(limit_of(&s.server, "b", "k").await, None);
 
     write(&dir, "b.yaml", DOMAIN_B);
-    wait_until("domain b", || async {
+    crate::support::wait_until("domain b", Duration::from_secs(10), || async {
         limit_of(&s.server, "b", "k").await == Some(7)
     })
     .await;
@@ -128,7 +109,7 @@ async fn modified_limit_applies_and_other_counters_survive() {
     }
 
     write(&dir, "a.yaml", DOMAIN_A_TIGHTER);
-    wait_until("the tighter limit", || async {
+    crate::support::wait_until("the tighter limit", Duration::from_secs(10), || async {
         limit_of(&s.server, "a", "k").await == Some(2)
     })
     .await;
@@ -147,7 +128,7 @@ async fn deleted_file_makes_its_domain_unknown() {
     assert_eq!(limit_of(&s.server, "b", "k").await, Some(7));
 
     std::fs::remove_file(dir.join("b.yaml")).unwrap();
-    wait_until("domain b to go", || async {
+    crate::support::wait_until("domain b to go", Duration::from_secs(10), || async {
         limit_of(&s.server, "b", "k").await.is_none()
     })
     .await;
@@ -166,13 +147,16 @@ async fn invalid_file_keeps_the_last_good_rules_and_counts_an_error() {
         "a.yaml",
         "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minutes, requests_per_unit: 1}\n",
     );
-    wait_until("a reload error", || async { s.stats.error() >= 1 }).await;
+    crate::support::wait_until("a reload error", Duration::from_secs(10), || async {
+        s.stats.error() >= 1
+    })
+    .await;
     assert_eq!(limit_of(&s.server, "a", "k").await, Some(5));
     assert_eq!(s.stats.success(), 0);
 
     // Fixing the file reloads it.
     write(&dir, "a.yaml", DOMAIN_A_TIGHTER);
-    wait_until("the fixed rules", || async {
+    crate::support::wait_until("the fixed rules", Duration::from_secs(10), || async {
         limit_of(&s.server, "a", "k").await == Some(2)
     })
     .await;
@@ -205,7 +189,7 @@ async fn configmap_symlink_swap_reloads() {
     symlink("..data/b.yaml", dir.join("b.yaml")).unwrap();
     std::fs::remove_dir_all(dir.join("..2026_01")).unwrap();
 
-    wait_until("the swapped rules", || async {
+    crate::support::wait_until("the swapped rules", Duration::from_secs(10), || async {
         limit_of(&s.server, "a", "k").await == Some(2)
             && limit_of(&s.server, "b", "k").await == Some(7)
     })
@@ -222,7 +206,7 @@ async fn health_follows_rules_when_at_least_one_config_is_required() {
     assert_eq!(http::get(addr, "/healthcheck").await.status, 500);
 
     write(&dir, "a.yaml", DOMAIN_A);
-    wait_until("serving", || async {
+    crate::support::wait_until("serving", Duration::from_secs(10), || async {
         http::get(addr, "/healthcheck").await.status == 200
     })
     .await;
@@ -242,7 +226,7 @@ async fn health_follows_rules_when_at_least_one_config_is_required() {
     }
 
     std::fs::remove_file(dir.join("a.yaml")).unwrap();
-    wait_until("not serving", || async {
+    crate::support::wait_until("not serving", Duration::from_secs(10), || async {
         http::get(addr, "/healthcheck").await.status == 500
     })
     .await;

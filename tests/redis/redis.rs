@@ -422,23 +422,6 @@ async fn ten_threads_racing_on_a_limit_of_five() {
     server.shutdown().await;
 }
 
-async fn wait_for<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let done = crate::support::poll_until_async(
-        Duration::from_secs(15),
-        Duration::from_millis(50),
-        || {
-            let check = check();
-            async move { check.await.then_some(true) }
-        },
-    )
-    .await;
-    assert!(done, "timed out waiting for {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_loss_is_unavailable_then_recovers_without_restart() {
     let mut redis = RedisServer::start();
@@ -466,15 +449,19 @@ async fn redis_loss_is_unavailable_then_recovers_without_restart() {
     assert_eq!(err.message(), "rate limit store unavailable");
 
     redis.restart(&[]);
-    wait_for("recovery after redis restart", || {
-        let mut client = client.clone();
-        async move {
-            client
-                .should_rate_limit(request("edge", &[&[("user", "y")]]))
-                .await
-                .is_ok_and(|r| r.into_inner().overall_code == OK)
-        }
-    })
+    crate::support::wait_until(
+        "recovery after redis restart",
+        Duration::from_secs(15),
+        || {
+            let mut client = client.clone();
+            async move {
+                client
+                    .should_rate_limit(request("edge", &[&[("user", "y")]]))
+                    .await
+                    .is_ok_and(|r| r.into_inner().overall_code == OK)
+            }
+        },
+    )
     .await;
     server.shutdown().await;
 }
@@ -567,10 +554,14 @@ async fn not_serving_until_redis_is_reachable() {
 
     // Bring Redis up on the port floodgate keeps retrying.
     let mut redis = RedisServer::start_on(port);
-    wait_for("health SERVING once redis is up", || {
-        let mut health = health.clone();
-        async move { status(&mut health).await == ServingStatus::Serving as i32 }
-    })
+    crate::support::wait_until(
+        "health SERVING once redis is up",
+        Duration::from_secs(15),
+        || {
+            let mut health = health.clone();
+            async move { status(&mut health).await == ServingStatus::Serving as i32 }
+        },
+    )
     .await;
     let r = ask(
         &mut server.client().await,
@@ -628,7 +619,7 @@ async fn sentinel_mode_follows_the_master_through_a_failover() {
     )
     .unwrap();
     let sentinel = RedisServer::start_sentinel(&conf);
-    wait_for("replica in sync", || {
+    crate::support::wait_until("replica in sync", Duration::from_secs(15), || {
         let info = replica.cli(&["INFO", "replication"]).unwrap_or_default();
         async move { info.contains("master_link_status:up") }
     })
@@ -650,36 +641,44 @@ async fn sentinel_mode_follows_the_master_through_a_failover() {
     )
     .await;
     let client = server.client().await;
-    wait_for("first answer through sentinel", || {
-        let mut client = client.clone();
-        async move {
-            client
-                .should_rate_limit(request("edge", &[&[("hundred", "s")]]))
-                .await
-                .is_ok()
-        }
-    })
+    crate::support::wait_until(
+        "first answer through sentinel",
+        Duration::from_secs(15),
+        || {
+            let mut client = client.clone();
+            async move {
+                client
+                    .should_rate_limit(request("edge", &[&[("hundred", "s")]]))
+                    .await
+                    .is_ok()
+            }
+        },
+    )
     .await;
 
     sentinel.cli(&["SENTINEL", "FAILOVER", "mymaster"]).unwrap();
-    wait_for("replica promoted", || {
+    crate::support::wait_until("replica promoted", Duration::from_secs(15), || {
         let info = replica.cli(&["INFO", "replication"]).unwrap_or_default();
         async move { info.contains("role:master") }
     })
     .await;
     // Writes must reach the new master: its EVALSHA count starts moving.
     let new_master = &replica;
-    wait_for("answers from the new master", || {
-        let mut client = client.clone();
-        let calls_before = evalsha_calls(new_master);
-        async move {
-            let ok = client
-                .should_rate_limit(request("edge", &[&[("hundred", "s")]]))
-                .await
-                .is_ok();
-            ok && evalsha_calls(new_master) > calls_before
-        }
-    })
+    crate::support::wait_until(
+        "answers from the new master",
+        Duration::from_secs(15),
+        || {
+            let mut client = client.clone();
+            let calls_before = evalsha_calls(new_master);
+            async move {
+                let ok = client
+                    .should_rate_limit(request("edge", &[&[("hundred", "s")]]))
+                    .await
+                    .is_ok();
+                ok && evalsha_calls(new_master) > calls_before
+            }
+        },
+    )
     .await;
     server.shutdown().await;
     drop((sentinel, master));

@@ -80,3 +80,18 @@ where
         tokio::time::sleep(every).await;
     }
 }
+
+/// [`poll_until_async`] for a yes/no check, every 50 ms for at most
+/// `within`; panics naming `what` when it never says yes.
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let done = poll_until_async(within, Duration::from_millis(50), || {
+        let check = check();
+        async move { check.await.then_some(true) }
+    })
+    .await;
+    assert!(done, "timed out waiting for {what}");
+}
