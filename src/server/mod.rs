@@ -9,6 +9,8 @@
 //! in-flight requests drain within `shutdown_grace`, background tasks are
 //! cancelled and awaited.
 
+mod aged;
+use tokio_stream::StreamExt as _;
 mod grpc;
 mod health;
 mod http;
@@ -130,8 +132,17 @@ pub async fn serve_with_debug(
     // server pays nothing per request for it (a tower concurrency limit
     // would take and release a semaphore permit on every call).
     let max_streams = u32::try_from(options.max_concurrent_per_connection).unwrap_or(u32::MAX);
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(max_streams))
+    let mut builder = tonic::transport::Server::builder().max_concurrent_streams(Some(max_streams));
+    if let Some(age) = options.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
+    // The grace is each connection's own deadline (see aged.rs): tonic's
+    // grace would replace the GOAWAY at the age.
+    let lifetime = options
+        .max_connection_age
+        .zip(options.max_connection_age_grace)
+        .map(|(age, grace)| age.saturating_add(grace));
+    let router = builder
         .layer(tower::util::MapResponseLayer::new(
             grpc::undecodable_is_invalid_argument,
         ))
@@ -161,12 +172,15 @@ pub async fn serve_with_debug(
                 let (incoming, accept_loop) =
                     tls::incoming(listeners.grpc, config, draining.clone());
                 tracker.spawn(accept_loop.instrument(info_span!("grpc_tls_accept")));
+                let incoming = incoming.map(move |tls| tls.map(|io| aged::Aged::new(io, lifetime)));
                 Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
             }
-            None => Box::pin(router.serve_with_incoming_shutdown(
-                TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
-                grpc_stop,
-            )),
+            None => {
+                let incoming = TcpIncoming::from(listeners.grpc)
+                    .with_nodelay(Some(true))
+                    .map(move |tcp| tcp.map(|io| aged::Aged::new(io, lifetime)));
+                Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
+            }
         };
     let reloads = options
         .reload

@@ -59,6 +59,12 @@ pub struct ServeOptions {
     /// `SETTINGS_MAX_CONCURRENT_STREAMS` (streams past it are refused by
     /// HTTP/2 itself).
     pub max_concurrent_per_connection: usize,
+    /// A gRPC connection older than this is sent GOAWAY
+    /// (`GRPC_MAX_CONNECTION_AGE`); `None`: never.
+    pub max_connection_age: Option<Duration>,
+    /// How long calls in flight may take after that GOAWAY
+    /// (`GRPC_MAX_CONNECTION_AGE_GRACE`); `None`: as long as they take.
+    pub max_connection_age_grace: Option<Duration>,
     /// Largest request message accepted, gRPC message or `/json` body
     /// (`MAX_REQUEST_BYTES`); larger ones are refused before decoding.
     pub max_request_bytes: usize,
@@ -105,6 +111,8 @@ impl Default for ServeOptions {
         Self {
             shutdown_grace: Duration::from_secs(10),
             max_concurrent_per_connection: 1_024,
+            max_connection_age: None,
+            max_connection_age_grace: None,
             max_request_bytes: 1 << 20,
             healthy_only_with_rules: false,
             reload: None,

@@ -62,6 +62,12 @@ pub struct ServeArgs {
     pub(crate) max_request_bytes: Option<usize>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::shutdown_grace.help())]
     pub(crate) shutdown_grace: Option<Duration>,
+    #[arg(long, value_name = "N", help = vars::grpc_max_concurrent_streams.help())]
+    pub(crate) grpc_max_concurrent_streams: Option<u32>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::grpc_max_connection_age.help())]
+    pub(crate) grpc_max_connection_age: Option<Duration>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::grpc_max_connection_age_grace.help())]
+    pub(crate) grpc_max_connection_age_grace: Option<Duration>,
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::healthy_with_at_least_one_config_loaded.help())]
     pub(crate) healthy_with_at_least_one_config_loaded: Option<bool>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::config_poll_interval.help())]
@@ -154,12 +160,16 @@ pub struct StoreArgs {
     pub(crate) redis_type: Option<RedisType>,
     #[arg(long, value_name = "AUTH", help = vars::redis_auth.help())]
     pub(crate) redis_auth: Option<String>,
+    #[arg(long, value_name = "FILE", help = vars::redis_auth_file.help())]
+    pub(crate) redis_auth_file: Option<PathBuf>,
     #[arg(long, value_name = "AUTH", help = vars::redis_sentinel_auth.help())]
     pub(crate) redis_sentinel_auth: Option<String>,
     #[arg(long, value_name = "N", help = vars::redis_pool_size.help())]
     pub(crate) redis_pool_size: Option<usize>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::redis_timeout.help())]
     pub(crate) redis_timeout: Option<Duration>,
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::redis_op_timeout.help())]
+    pub(crate) redis_op_timeout: Option<Duration>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::redis_connect_timeout.help())]
     pub(crate) redis_connect_timeout: Option<Duration>,
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::redis_close_connection_on_readonly_error.help())]

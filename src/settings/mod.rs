@@ -437,6 +437,28 @@ impl Settings {
             serve: ServeOptions {
                 shutdown_grace,
                 max_request_bytes,
+                max_concurrent_per_connection: match number(
+                    args.grpc_max_concurrent_streams,
+                    get(vars::grpc_max_concurrent_streams.name),
+                    vars::grpc_max_concurrent_streams.name,
+                    0,
+                )? {
+                    // The reference's 0 (unlimited) keeps floodgate's bound.
+                    0 => serve_defaults.max_concurrent_per_connection,
+                    n => usize::try_from(n).unwrap_or(usize::MAX),
+                },
+                max_connection_age: Some(duration(
+                    args.grpc_max_connection_age,
+                    get(vars::grpc_max_connection_age.name),
+                    vars::grpc_max_connection_age.name,
+                    Duration::from_secs(24 * 3_600),
+                )?),
+                max_connection_age_grace: Some(duration(
+                    args.grpc_max_connection_age_grace,
+                    get(vars::grpc_max_connection_age_grace.name),
+                    vars::grpc_max_connection_age_grace.name,
+                    Duration::from_secs(3_600),
+                )?),
                 healthy_only_with_rules: flag(
                     args.healthy_with_at_least_one_config_loaded,
                     vars::healthy_with_at_least_one_config_loaded.name,

@@ -21,9 +21,11 @@ pub(super) struct RedisVars {
     kind: Var,
     tls: Var,
     auth: Var,
+    auth_file: Var,
     sentinel_auth: Var,
     pool_size: Var,
     timeout: Var,
+    op_timeout: Var,
     connect_timeout: Var,
 }
 
@@ -34,9 +36,11 @@ pub(super) const MAIN: RedisVars = RedisVars {
     kind: vars::redis_type,
     tls: vars::redis_tls,
     auth: vars::redis_auth,
+    auth_file: vars::redis_auth_file,
     sentinel_auth: vars::redis_sentinel_auth,
     pool_size: vars::redis_pool_size,
     timeout: vars::redis_timeout,
+    op_timeout: vars::redis_op_timeout,
     connect_timeout: vars::redis_connect_timeout,
 };
 
@@ -47,9 +51,11 @@ pub(super) const PER_SECOND: RedisVars = RedisVars {
     kind: vars::redis_persecond_type,
     tls: vars::redis_persecond_tls,
     auth: vars::redis_persecond_auth,
+    auth_file: vars::redis_persecond_auth_file,
     sentinel_auth: vars::redis_persecond_sentinel_auth,
     pool_size: vars::redis_persecond_pool_size,
     timeout: vars::redis_persecond_timeout,
+    op_timeout: vars::redis_persecond_op_timeout,
     connect_timeout: vars::redis_persecond_connect_timeout,
 };
 
@@ -105,8 +111,7 @@ pub(super) fn redis_config<'a>(
             RedisType::Cluster => RedisMode::Cluster,
         },
         url,
-        auth: if main { args.redis_auth.clone() } else { None }
-            .or_else(|| get(v.auth.name).map(str::to_owned)),
+        auth: auth(args, get, v)?,
         sentinel_auth: if main {
             args.redis_sentinel_auth.clone()
         } else {
@@ -120,12 +125,22 @@ pub(super) fn redis_config<'a>(
             2,
         )?
         .max(1),
-        timeout: duration(
-            flag_of(args.redis_timeout),
-            get(v.timeout.name),
-            v.timeout.name,
-            Duration::from_millis(100),
-        )?,
+        // The reference's redis_op_timeout bounds each call; when set (not
+        // 0) it wins over redis_timeout, which floodgate already reads so.
+        timeout: match duration(
+            flag_of(args.redis_op_timeout),
+            get(v.op_timeout.name),
+            v.op_timeout.name,
+            Duration::ZERO,
+        )? {
+            Duration::ZERO => duration(
+                flag_of(args.redis_timeout),
+                get(v.timeout.name),
+                v.timeout.name,
+                Duration::from_millis(100),
+            )?,
+            op_timeout => op_timeout,
+        },
         connect_timeout: duration(
             flag_of(args.redis_connect_timeout),
             get(v.connect_timeout.name),
@@ -156,4 +171,48 @@ pub(super) fn redis_config<'a>(
             )?,
         },
     })
+}
+
+/// The password of one Redis: inline (flag or variable) or read from a file
+/// (trailing CR/LF stripped, as the reference's pull request #1240 reads
+/// it). Both at once, or an empty or unreadable file, is refused.
+fn auth<'a>(
+    args: &StoreArgs,
+    get: &impl Fn(&str) -> Option<&'a str>,
+    v: &RedisVars,
+) -> Result<Option<String>, SettingsError> {
+    let inline = if v.main {
+        args.redis_auth.clone()
+    } else {
+        None
+    }
+    .or_else(|| get(v.auth.name).map(str::to_owned));
+    let file = if v.main {
+        args.redis_auth_file.clone()
+    } else {
+        None
+    }
+    .or_else(|| get(v.auth_file.name).map(PathBuf::from));
+    let Some(file) = file else {
+        return Ok(inline);
+    };
+    if inline.is_some() {
+        return Err(SettingsError::Conflict {
+            reason: format!(
+                "{} and {} are both set: give the password one way",
+                v.auth.name, v.auth_file.name
+            ),
+        });
+    }
+    let invalid = |reason: String| SettingsError::Invalid {
+        setting: v.auth_file.name.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(&file)
+        .map_err(|err| invalid(format!("cannot read {}: {err}", file.display())))?;
+    let password = text.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        return Err(invalid(format!("{} is empty", file.display())));
+    }
+    Ok(Some(password.to_owned()))
 }

@@ -307,6 +307,30 @@ pub(crate) const shutdown_grace: Var = Var {
     doc: "Longest drain of in-flight requests on shutdown, e.g. `10s`",
 };
 
+/// `grpc_max_concurrent_streams`.
+pub(crate) const grpc_max_concurrent_streams: Var = Var {
+    name: "GRPC_MAX_CONCURRENT_STREAMS",
+    flag: "grpc-max-concurrent-streams",
+    default: "1024",
+    doc: "Most concurrent requests per gRPC connection (HTTP/2's `SETTINGS_MAX_CONCURRENT_STREAMS`); 0 keeps 1024, for floodgate never serves unbounded streams (the reference's 0 is unlimited)",
+};
+
+/// `grpc_max_connection_age`.
+pub(crate) const grpc_max_connection_age: Var = Var {
+    name: "GRPC_MAX_CONNECTION_AGE",
+    flag: "grpc-max-connection-age",
+    default: "`24h`",
+    doc: "A gRPC connection older than this is sent GOAWAY (calls in flight finish), so clients spread over new instances",
+};
+
+/// `grpc_max_connection_age_grace`.
+pub(crate) const grpc_max_connection_age_grace: Var = Var {
+    name: "GRPC_MAX_CONNECTION_AGE_GRACE",
+    flag: "grpc-max-connection-age-grace",
+    default: "`1h`",
+    doc: "After GOAWAY, how long calls in flight may take before the connection is closed",
+};
+
 /// `config_poll_interval`.
 pub(crate) const config_poll_interval: Var = Var {
     name: "CONFIG_POLL_INTERVAL",
@@ -387,6 +411,14 @@ pub(crate) const redis_auth: Var = Var {
     doc: "Redis `password` or `user:password`",
 };
 
+/// `redis_auth_file`.
+pub(crate) const redis_auth_file: Var = Var {
+    name: "REDIS_AUTH_FILE",
+    flag: "redis-auth-file",
+    default: "(none)",
+    doc: "A file holding {redis_auth}'s value (a password, or `user:password`), trailing CR/LF stripped; an empty file, or both set, is refused at start",
+};
+
 /// `redis_sentinel_auth`.
 pub(crate) const redis_sentinel_auth: Var = Var {
     name: "REDIS_SENTINEL_AUTH",
@@ -409,6 +441,14 @@ pub(crate) const redis_timeout: Var = Var {
     flag: "redis-timeout",
     default: "`100ms`",
     doc: "Deadline of one request's Redis round trip",
+};
+
+/// `redis_op_timeout`.
+pub(crate) const redis_op_timeout: Var = Var {
+    name: "REDIS_OP_TIMEOUT",
+    flag: "redis-op-timeout",
+    default: "`0` (off: {redis_timeout} bounds each call)",
+    doc: "Longest wait for one call to Redis when not 0; wins over {redis_timeout} for calls (the reference's pull request #1188)",
 };
 
 /// `redis_connect_timeout`.
@@ -963,6 +1003,14 @@ pub(crate) const redis_persecond_auth: Var = Var {
     doc: "Password (or `user:password`) of the per-second Redis",
 };
 
+/// `redis_persecond_auth_file`.
+pub(crate) const redis_persecond_auth_file: Var = Var {
+    name: "REDIS_PERSECOND_AUTH_FILE",
+    flag: "",
+    default: "(none)",
+    doc: "As {redis_auth_file}, for the per-second Redis",
+};
+
 /// `redis_persecond_sentinel_auth`.
 pub(crate) const redis_persecond_sentinel_auth: Var = Var {
     name: "REDIS_PERSECOND_SENTINEL_AUTH",
@@ -985,6 +1033,14 @@ pub(crate) const redis_persecond_timeout: Var = Var {
     flag: "",
     default: "`100ms`",
     doc: "Longest wait for one call to the per-second Redis",
+};
+
+/// `redis_persecond_op_timeout`.
+pub(crate) const redis_persecond_op_timeout: Var = Var {
+    name: "REDIS_PERSECOND_OP_TIMEOUT",
+    flag: "",
+    default: "`0`",
+    doc: "As {redis_op_timeout}, for the per-second Redis",
 };
 
 /// `redis_persecond_connect_timeout`.
@@ -1066,6 +1122,9 @@ pub(crate) const ALL: &[Var] = &[
     memory_store_snapshot_path,
     memory_store_snapshot_interval,
     shutdown_grace,
+    grpc_max_concurrent_streams,
+    grpc_max_connection_age,
+    grpc_max_connection_age_grace,
     config_poll_interval,
     healthy_with_at_least_one_config_loaded,
     grpc_server_use_tls,
@@ -1076,9 +1135,11 @@ pub(crate) const ALL: &[Var] = &[
     redis_url,
     redis_type,
     redis_auth,
+    redis_auth_file,
     redis_sentinel_auth,
     redis_pool_size,
     redis_timeout,
+    redis_op_timeout,
     redis_connect_timeout,
     redis_close_connection_on_readonly_error,
     redis_persecond,
@@ -1148,9 +1209,11 @@ pub(crate) const ALL: &[Var] = &[
     rlqs_max_buckets_per_stream,
     redis_persecond_type,
     redis_persecond_auth,
+    redis_persecond_auth_file,
     redis_persecond_sentinel_auth,
     redis_persecond_pool_size,
     redis_persecond_timeout,
+    redis_persecond_op_timeout,
     redis_persecond_connect_timeout,
     otel_exporter_otlp_traces_insecure,
     redis_socket_type,

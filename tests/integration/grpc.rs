@@ -276,3 +276,176 @@ async fn health_and_reflection_are_served() {
     assert!(response.ends_with("OK"), "{response}");
     server.shutdown().await;
 }
+
+/// A served floodgate with `serve` options, on the embedded store.
+async fn start_serving(serve: floodgate::ServeOptions) -> TestServer {
+    TestServer::start_with(
+        index(&[("edge.yaml", RULES)]),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(ManualClock::new(UnixMillis::from_secs(1_700_000_080))),
+        LimiterOptions::default(),
+        serve,
+    )
+    .await
+}
+
+/// A raw HTTP/2 connection to `addr` and the task driving it (it ends
+/// when the connection closes).
+async fn h2_connect(
+    addr: std::net::SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, connection) = h2::client::handshake(tcp).await.unwrap();
+    (send, tokio::spawn(connection))
+}
+
+fn rls_call() -> http::Request<()> {
+    http::Request::builder()
+        .method("POST")
+        .uri("http://localhost/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap()
+}
+
+/// The call's gRPC message: a 5-byte prefix, then the protobuf.
+fn rls_message(user: &str) -> bytes::Bytes {
+    use prost::Message as _;
+    let body = request("edge", &[&[("user", user)]]).encode_to_vec();
+    let mut framed = vec![0_u8];
+    framed.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&body);
+    framed.into()
+}
+
+/// `GRPC_MAX_CONNECTION_AGE`: past the age the server sends GOAWAY (new
+/// calls on the connection are refused), a call in flight still finishes
+/// within the grace, and then the connection closes. A server without an
+/// age keeps the same kind of connection open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_connection_gets_goaway_and_its_calls_in_flight_finish() {
+    let aging = start_serving(floodgate::ServeOptions {
+        shutdown_grace: Duration::from_secs(5),
+        max_connection_age: Some(Duration::from_secs(1)),
+        max_connection_age_grace: Some(Duration::from_secs(30)),
+        ..floodgate::ServeOptions::default()
+    })
+    .await;
+    let steady = start_serving(floodgate::ServeOptions {
+        shutdown_grace: Duration::from_secs(5),
+        ..floodgate::ServeOptions::default()
+    })
+    .await;
+    let (mut send, driver) = h2_connect(aging.grpc_addr).await;
+    let (_steady_send, steady_driver) = h2_connect(steady.grpc_addr).await;
+
+    // A call in flight: headers sent, its message not yet.
+    send = send.ready().await.unwrap();
+    let (response, mut body) = send.send_request(rls_call(), false).unwrap();
+
+    // GOAWAY arrives after the age: new streams on the connection fail.
+    let refused = crate::support::poll_until_async(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        || {
+            let mut send = send.clone();
+            async move {
+                match send.send_request(rls_call(), true).map(|_| ()) {
+                    Err(err) if err.is_go_away() => Some(true),
+                    _ => None,
+                }
+            }
+        },
+    )
+    .await;
+    assert!(refused, "no GOAWAY within 15 s of a 1 s age");
+
+    // The call in flight finishes, answered.
+    body.send_data(rls_message("in-flight"), true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.into_body();
+    while let Some(chunk) = stream.data().await {
+        chunk.unwrap();
+    }
+    let trailers = stream.trailers().await.unwrap().unwrap();
+    assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+
+    // Then the connection closes; the one to the server without an age
+    // stays open.
+    let closed = tokio::time::timeout(Duration::from_secs(15), driver).await;
+    let Ok(Ok(ended)) = closed else {
+        panic!("the aged connection did not close: {closed:?}");
+    };
+    if let Err(err) = ended {
+        assert_eq!(err.reason(), Some(h2::Reason::NO_ERROR), "{err}");
+    }
+    assert!(
+        !steady_driver.is_finished(),
+        "a connection without an age closed"
+    );
+    steady_driver.abort();
+    aging.shutdown().await;
+    steady.shutdown().await;
+}
+
+/// `GRPC_MAX_CONNECTION_AGE_GRACE`: a call still in flight a grace after
+/// the GOAWAY does not hold the connection open; it is closed, and the call
+/// fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_grace_is_cut_with_its_connection() {
+    let server = start_serving(floodgate::ServeOptions {
+        shutdown_grace: Duration::from_secs(5),
+        max_connection_age: Some(Duration::from_secs(1)),
+        max_connection_age_grace: Some(Duration::from_secs(1)),
+        ..floodgate::ServeOptions::default()
+    })
+    .await;
+    let (send, driver) = h2_connect(server.grpc_addr).await;
+    let mut send = send.ready().await.unwrap();
+    // Headers sent, the message never: the call stays in flight.
+    let (response, _body) = send.send_request(rls_call(), false).unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(15), driver).await;
+    assert!(
+        matches!(closed, Ok(Ok(_))),
+        "the connection outlived its age and grace: {closed:?}"
+    );
+    let answered = tokio::time::timeout(Duration::from_secs(5), response).await;
+    assert!(
+        matches!(answered, Ok(Err(_))),
+        "the call past the grace was not cut: {answered:?}"
+    );
+    server.shutdown().await;
+}
+
+/// `GRPC_MAX_CONCURRENT_STREAMS`: what the server advertises in its HTTP/2
+/// settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_bound_is_advertised() {
+    let server = start_serving(floodgate::ServeOptions {
+        shutdown_grace: Duration::from_secs(5),
+        max_concurrent_per_connection: 7,
+        ..floodgate::ServeOptions::default()
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(server.grpc_addr)
+        .await
+        .unwrap();
+    let (_send, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    // The server's SETTINGS arrive as the connection is driven.
+    let mut advertised = connection.max_concurrent_send_streams();
+    for _ in 0..100 {
+        if advertised == 7 {
+            break;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(20), &mut connection).await;
+        advertised = connection.max_concurrent_send_streams();
+    }
+    assert_eq!(advertised, 7);
+    drop(connection);
+    server.shutdown().await;
+}
