@@ -65,6 +65,8 @@ pub struct Response {
     pub statuses: Vec<Status>,
     /// `RateLimit-*` headers for the most constrained descriptor, when enabled.
     pub response_headers: Vec<(Arc<str>, String)>,
+    /// Headers for the request sent upstream (`request_headers_to_add`).
+    pub request_headers: Vec<(Arc<str>, String)>,
     /// `RESPONSE_DYNAMIC_METADATA`: the `metadata` of the matched rules whose
     /// descriptors passed (not over the limit, not unlimited, not replaced),
     /// in request order, for the server to merge (first value wins); `None`

@@ -55,6 +55,14 @@ pub struct LimiterOptions {
     pub global_quota_mode: bool,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED`: add `RateLimit-*` headers.
     pub response_headers: Option<HeaderNames>,
+    /// `LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED` (the reference's pull request
+    /// #1190): instead, a `ratelimit-limit-<unit>s` and
+    /// `ratelimit-remaining-<unit>s` pair for every limited descriptor.
+    pub all_descriptors_headers: bool,
+    /// `LIMIT_REQUEST_HEADERS_ENABLED` (pull request #1168): the most
+    /// constrained descriptor's headers added to the request sent upstream
+    /// (`request_headers_to_add`), under these names.
+    pub request_headers: Option<HeaderNames>,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request over the limit
     /// on any descriptor counts nothing on any of them.
     pub stop_when_over: bool,

@@ -77,9 +77,18 @@ impl<S: Store> Limiter<S> {
             }
             Code::Ok
         };
-        let response_headers = self
+        let response_headers = if self.options.all_descriptors_headers {
+            every_limit_headers(&statuses)
+        } else {
+            self.options
+                .response_headers
+                .as_ref()
+                .map(|names| limit_headers(names, plans, &statuses))
+                .unwrap_or_default()
+        };
+        let request_headers = self
             .options
-            .response_headers
+            .request_headers
             .as_ref()
             .map(|names| limit_headers(names, plans, &statuses))
             .unwrap_or_default();
@@ -87,9 +96,35 @@ impl<S: Store> Limiter<S> {
             overall_code,
             statuses,
             response_headers,
+            request_headers,
             dynamic_metadata: passed_metadata,
         }
     }
+}
+
+/// `LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED`: `ratelimit-limit-<unit>s` and
+/// `ratelimit-remaining-<unit>s` for every descriptor with a limit, in
+/// request order (two descriptors on one unit give two pairs, as the
+/// reference's pull request #1190 writes them).
+fn every_limit_headers(statuses: &[Status]) -> Vec<(Arc<str>, String)> {
+    statuses
+        .iter()
+        .filter_map(|status| {
+            let limit = status.current_limit.as_ref()?;
+            let unit = limit.unit.as_str();
+            Some([
+                (
+                    Arc::from(format!("ratelimit-limit-{unit}s")),
+                    limit.requests_per_unit.to_string(),
+                ),
+                (
+                    Arc::from(format!("ratelimit-remaining-{unit}s")),
+                    status.limit_remaining.to_string(),
+                ),
+            ])
+        })
+        .flatten()
+        .collect()
 }
 
 /// The reference's "most constrained descriptor" headers: the smallest

@@ -282,18 +282,22 @@ pub(crate) fn response_to_proto(response: Response, request: &Request) -> RateLi
     RateLimitResponse {
         overall_code: code_to_proto(response.overall_code).into(),
         statuses: response.statuses.into_iter().map(status_to_proto).collect(),
-        response_headers_to_add: response
-            .response_headers
-            .into_iter()
-            .map(|(key, value)| HeaderValue {
-                key: key.to_string(),
-                value,
-                raw_value: Vec::new(),
-            })
-            .collect(),
+        response_headers_to_add: headers_to_proto(response.response_headers),
+        request_headers_to_add: headers_to_proto(response.request_headers),
         dynamic_metadata,
         ..RateLimitResponse::default()
     }
+}
+
+fn headers_to_proto(headers: Vec<(std::sync::Arc<str>, String)>) -> Vec<HeaderValue> {
+    headers
+        .into_iter()
+        .map(|(key, value)| HeaderValue {
+            key: key.to_string(),
+            value,
+            raw_value: Vec::new(),
+        })
+        .collect()
 }
 
 /// The one mapping from a failed decision to a gRPC status.
@@ -394,6 +398,7 @@ mod tests {
                     duration_until_reset: Some(Duration::from_secs(58)),
                 }],
                 response_headers: vec![("RateLimit-Limit".into(), "20".into())],
+                request_headers: Vec::new(),
                 dynamic_metadata: None,
             },
             &request,

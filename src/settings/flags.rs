@@ -44,6 +44,16 @@ pub struct ServeArgs {
     pub(crate) limit_remaining_header: Option<String>,
     #[arg(long, value_name = "NAME", help = vars::limit_reset_header.help())]
     pub(crate) limit_reset_header: Option<String>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::limit_all_descriptors_headers_enabled.help())]
+    pub(crate) limit_all_descriptors_headers: Option<bool>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::limit_request_headers_enabled.help())]
+    pub(crate) limit_request_headers: Option<bool>,
+    #[arg(long, value_name = "NAME", help = vars::limit_request_limit_header.help())]
+    pub(crate) limit_request_limit_header: Option<String>,
+    #[arg(long, value_name = "NAME", help = vars::limit_request_remaining_header.help())]
+    pub(crate) limit_request_remaining_header: Option<String>,
+    #[arg(long, value_name = "NAME", help = vars::limit_request_reset_header.help())]
+    pub(crate) limit_request_reset_header: Option<String>,
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::response_dynamic_metadata.help())]
     pub(crate) response_dynamic_metadata: Option<bool>,
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::stop_cache_key_increment_when_overlimit.help())]

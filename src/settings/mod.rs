@@ -14,6 +14,7 @@ mod stats;
 #[cfg(test)]
 mod tests;
 pub(crate) mod vars;
+use vars::Var;
 mod xds;
 
 pub(crate) use crate::telemetry::LogFormat;
@@ -182,30 +183,55 @@ impl Settings {
             "text or json",
             LogFormat::Text,
         )?;
+        let header_name = |arg: &Option<String>, var: &Var, default: Arc<str>| {
+            arg.as_deref()
+                .or_else(|| get(var.name))
+                .map_or(default, Arc::from)
+        };
         let response_headers = if flag(
             args.limit_response_headers,
             vars::limit_response_headers_enabled.name,
         )? {
             let defaults = HeaderNames::default();
-            let name = |arg: &Option<String>, var: &str, default: Arc<str>| {
-                arg.as_deref()
-                    .or_else(|| get(var))
-                    .map_or(default, Arc::from)
-            };
             Some(HeaderNames {
-                limit: name(
+                limit: header_name(
                     &args.limit_limit_header,
-                    vars::limit_limit_header.name,
+                    &vars::limit_limit_header,
                     defaults.limit,
                 ),
-                remaining: name(
+                remaining: header_name(
                     &args.limit_remaining_header,
-                    vars::limit_remaining_header.name,
+                    &vars::limit_remaining_header,
                     defaults.remaining,
                 ),
-                reset: name(
+                reset: header_name(
                     &args.limit_reset_header,
-                    vars::limit_reset_header.name,
+                    &vars::limit_reset_header,
+                    defaults.reset,
+                ),
+            })
+        } else {
+            None
+        };
+        let request_headers = if flag(
+            args.limit_request_headers,
+            vars::limit_request_headers_enabled.name,
+        )? {
+            let defaults = HeaderNames::default();
+            Some(HeaderNames {
+                limit: header_name(
+                    &args.limit_request_limit_header,
+                    &vars::limit_request_limit_header,
+                    defaults.limit,
+                ),
+                remaining: header_name(
+                    &args.limit_request_remaining_header,
+                    &vars::limit_request_remaining_header,
+                    defaults.remaining,
+                ),
+                reset: header_name(
+                    &args.limit_request_reset_header,
+                    &vars::limit_request_reset_header,
                     defaults.reset,
                 ),
             })
@@ -389,6 +415,11 @@ impl Settings {
                 global_shadow_mode,
                 global_quota_mode: flag(args.quota_mode, vars::quota_mode.name)?,
                 response_headers,
+                all_descriptors_headers: flag(
+                    args.limit_all_descriptors_headers,
+                    vars::limit_all_descriptors_headers_enabled.name,
+                )?,
+                request_headers,
                 stop_when_over: flag(
                     args.stop_cache_key_increment_when_overlimit,
                     vars::stop_cache_key_increment_when_overlimit.name,

@@ -578,3 +578,25 @@ fn grpc_connection_settings() {
     let s = resolve(&[], &[(vars::grpc_max_concurrent_streams.name, "0")]).unwrap();
     assert_eq!(s.serve.max_concurrent_per_connection, 1_024);
 }
+
+/// The header settings of the reference's pull requests #1190 and #1168.
+#[test]
+fn all_descriptors_and_request_header_settings() {
+    let s = resolve(&[], &[]).unwrap();
+    assert!(!s.limiter.all_descriptors_headers);
+    assert_eq!(s.limiter.request_headers, None);
+    let s = resolve(
+        &["--limit-request-reset-header", "X-Reset"],
+        &[
+            (vars::limit_all_descriptors_headers_enabled.name, "true"),
+            (vars::limit_request_headers_enabled.name, "1"),
+            (vars::limit_request_limit_header.name, "X-Limit"),
+        ],
+    )
+    .unwrap();
+    assert!(s.limiter.all_descriptors_headers);
+    let names = s.limiter.request_headers.unwrap();
+    assert_eq!(&*names.limit, "X-Limit");
+    assert_eq!(&*names.remaining, "RateLimit-Remaining");
+    assert_eq!(&*names.reset, "X-Reset");
+}

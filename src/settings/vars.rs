@@ -227,6 +227,46 @@ pub(crate) const limit_reset_header: Var = Var {
     doc: "Name of the reset header",
 };
 
+/// `limit_all_descriptors_headers_enabled`.
+pub(crate) const limit_all_descriptors_headers_enabled: Var = Var {
+    name: "LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED",
+    flag: "limit-all-descriptors-headers",
+    default: "false",
+    doc: "Instead of the most constrained descriptor's headers, `ratelimit-limit-<unit>s` and `ratelimit-remaining-<unit>s` for every limited descriptor (the reference's pull request #1190)",
+};
+
+/// `limit_request_headers_enabled`.
+pub(crate) const limit_request_headers_enabled: Var = Var {
+    name: "LIMIT_REQUEST_HEADERS_ENABLED",
+    flag: "limit-request-headers",
+    default: "false",
+    doc: "Add the most constrained descriptor's limit, remaining and reset to the request sent upstream (`request_headers_to_add`; pull request #1168)",
+};
+
+/// `limit_request_limit_header`.
+pub(crate) const limit_request_limit_header: Var = Var {
+    name: "LIMIT_REQUEST_LIMIT_HEADER",
+    flag: "limit-request-limit-header",
+    default: "`RateLimit-Limit`",
+    doc: "Name of the upstream request's limit header",
+};
+
+/// `limit_request_remaining_header`.
+pub(crate) const limit_request_remaining_header: Var = Var {
+    name: "LIMIT_REQUEST_REMAINING_HEADER",
+    flag: "limit-request-remaining-header",
+    default: "`RateLimit-Remaining`",
+    doc: "Name of the upstream request's remaining header",
+};
+
+/// `limit_request_reset_header`.
+pub(crate) const limit_request_reset_header: Var = Var {
+    name: "LIMIT_REQUEST_RESET_HEADER",
+    flag: "limit-request-reset-header",
+    default: "`RateLimit-Reset`",
+    doc: "Name of the upstream request's reset header",
+};
+
 /// `max_descriptors`.
 pub(crate) const max_descriptors: Var = Var {
     name: "MAX_DESCRIPTORS",
@@ -1112,6 +1152,11 @@ pub(crate) const ALL: &[Var] = &[
     limit_limit_header,
     limit_remaining_header,
     limit_reset_header,
+    limit_all_descriptors_headers_enabled,
+    limit_request_headers_enabled,
+    limit_request_limit_header,
+    limit_request_remaining_header,
+    limit_request_reset_header,
     max_descriptors,
     max_descriptor_entries,
     max_entry_bytes,

@@ -235,3 +235,52 @@ async fn envoy_limits_fails_open_and_recovers_with_the_memory_store() {
 async fn envoy_limits_fails_open_and_recovers_with_redis_keeping_counts() {
     limits_fails_open_and_recovers(Counters::Redis(RedisServer::start())).await;
 }
+
+/// The reference's header settings through a real Envoy: the upstream
+/// sees the most constrained descriptor's figures as request headers
+/// (`LIMIT_REQUEST_HEADERS_ENABLED`, pull request #1168; the upstream echoes
+/// them back), and the client sees a pair per limited descriptor
+/// (`LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED`, pull request #1190).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_settings_reach_the_upstream_and_the_client() {
+    let options = LimiterOptions {
+        all_descriptors_headers: true,
+        request_headers: Some(floodgate::HeaderNames::default()),
+        ..LimiterOptions::default()
+    };
+    let server = TestServer::start(
+        rules(),
+        StoreKind::Memory(MemoryStore::new()),
+        Arc::new(SystemClock),
+        options,
+    )
+    .await;
+    let echo = "                          response_headers_to_add:
+                            - header: { key: x-seen-limit, value: \"%REQ(ratelimit-limit)%\" }
+                            - header: { key: x-seen-remaining, value: \"%REQ(ratelimit-remaining)%\" }
+                            - header: { key: x-seen-reset, value: \"%REQ(ratelimit-reset)%\" }
+                          direct_response:
+";
+    let envoy = Envoy::start_edited(server.grpc_addr.port(), |yaml| {
+        assert!(yaml.contains("                          direct_response:\n"));
+        yaml.replace("                          direct_response:\n", echo)
+    })
+    .await;
+    wait_until_limited(&envoy, "headers").await;
+    let response = envoy.get("/", &[("x-user-id", "headers-user")]).await;
+    assert_eq!(response.status, 200, "{response:?}");
+    // The user's 5 a minute is the most constrained of the three
+    // descriptors Envoy sends (1,000 and 10,000 a second for the others).
+    assert_eq!(header(&response, "x-seen-limit"), "5");
+    assert_eq!(header(&response, "x-seen-remaining"), "4");
+    let reset: u64 = header(&response, "x-seen-reset").parse().unwrap();
+    assert!((1..=60).contains(&reset), "{reset}");
+    assert_eq!(header(&response, "ratelimit-limit-minutes"), "5");
+    assert_eq!(header(&response, "ratelimit-remaining-minutes"), "4");
+    assert!(
+        response.header("ratelimit-limit-seconds").is_some(),
+        "{response:?}"
+    );
+    drop(envoy);
+    server.shutdown().await;
+}

@@ -198,6 +198,8 @@ pub(super) struct JsonResponse {
     statuses: Vec<JsonStatus>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     response_headers_to_add: Vec<JsonHeader>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    request_headers_to_add: Vec<JsonHeader>,
     /// `RESPONSE_DYNAMIC_METADATA`: the Struct as a plain JSON object.
     #[serde(skip_serializing_if = "Option::is_none")]
     dynamic_metadata: Option<serde_json::Value>,
@@ -316,14 +318,18 @@ impl From<Response> for JsonResponse {
                 .into_iter()
                 .map(JsonStatus::from)
                 .collect(),
-            response_headers_to_add: response
-                .response_headers
-                .into_iter()
-                .map(|(key, value)| JsonHeader {
-                    key: key.to_string(),
-                    value,
-                })
-                .collect(),
+            response_headers_to_add: json_headers(response.response_headers),
+            request_headers_to_add: json_headers(response.request_headers),
         }
     }
+}
+
+fn json_headers(headers: Vec<(std::sync::Arc<str>, String)>) -> Vec<JsonHeader> {
+    headers
+        .into_iter()
+        .map(|(key, value)| JsonHeader {
+            key: key.to_string(),
+            value,
+        })
+        .collect()
 }

@@ -104,6 +104,7 @@ fn response_is_proto3_json_with_defaults_omitted() {
             },
         ],
         response_headers: vec![("RateLimit-Limit".into(), "20".into())],
+        request_headers: Vec::new(),
         dynamic_metadata: None,
     };
     let json = serde_json::to_string(&JsonResponse::from(response)).unwrap();
@@ -119,6 +120,7 @@ fn decisions_map_to_http_status_codes() {
         overall_code: Code::Ok,
         statuses: Vec::new(),
         response_headers: Vec::new(),
+        request_headers: Vec::new(),
         dynamic_metadata: None,
     };
     let over = Response {
