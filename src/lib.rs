@@ -68,8 +68,8 @@ pub use otel::{
 pub use rlqs::state::StreamBounds;
 pub use rlqs::{RlqsOptions, Unmatched};
 pub use server::{
-    ExplainError, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport, TlsOptions,
-    explain_json, serve, serve_with_debug,
+    ExplainError, GrpcAt, GrpcListener, Listeners, ReloadOptions, ServeError, ServeOptions,
+    StatsExport, TlsOptions, explain_json, serve, serve_with_debug,
 };
 pub use settings::reference as settings_reference;
 pub use settings::{BackendType, Env, ServeArgs, Settings, SettingsError};

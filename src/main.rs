@@ -16,11 +16,11 @@ use floodgate::SystemClock;
 use floodgate::XdsClient;
 use floodgate::{BackendType, Env, ServeArgs, Settings};
 use floodgate::{ConfigError, LoadOptions};
+use floodgate::{GrpcAt, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::{
     Index, cancel_on_signal, error_chain, explain_json, init_logging, load_dir, serve_with_debug,
 };
 use floodgate::{Limiter, LimiterOptions};
-use floodgate::{Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::{MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
 use floodgate::{MemoryStore, RedisStore, StoreKind};
 use std::error::Error;
@@ -401,21 +401,25 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         }
         // A failed bind returns at once; dropping the runtime then ends the
         // xDS client.
-        let listeners = Listeners::bind(
-            settings.grpc_addr,
-            settings.http_addr,
-            settings.metrics_addr,
-        )
-        .await
-        .map_err(StartError::Serve)?;
-        let debug = match settings.stats.debug_addr {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartError::Serve(ServeError::Bind { addr, source }))?,
-            ),
-            None => None,
+        let grpc_at = match &settings.grpc_uds {
+            Some(path) => GrpcAt::Unix(path.clone()),
+            None => GrpcAt::Tcp(settings.grpc_addr),
         };
+        let listeners = Listeners::bind(grpc_at, settings.http_addr, settings.metrics_addr)
+            .await
+            .map_err(StartError::Serve)?;
+        let debug =
+            match settings.stats.debug_addr {
+                Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(
+                    |source| {
+                        StartError::Serve(ServeError::Bind {
+                            addr: addr.to_string(),
+                            source,
+                        })
+                    },
+                )?),
+                None => None,
+            };
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
             Limiter::new(

@@ -26,7 +26,9 @@ use crate::store::StoreKind;
 use arc_swap::ArcSwap;
 use health::Health;
 pub use http::{ExplainError, explain_json};
-pub use options::{Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
+pub use options::{
+    GrpcAt, GrpcListener, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport,
+};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,7 +73,7 @@ pub async fn serve_with_debug(
 ) -> Result<(), ServeError> {
     // A child token: ending this server never cancels the caller's token.
     let shutdown = shutdown.child_token();
-    let grpc_addr = listeners.grpc.local_addr().map_err(ServeError::LocalAddr)?;
+    let grpc_addr = listeners.grpc.local().map_err(ServeError::LocalAddr)?;
     let http_addr = listeners.http.local_addr().map_err(ServeError::LocalAddr)?;
     // Everything that can fail is built before the first task is spawned,
     // so an early return leaves nothing running.
@@ -167,18 +169,24 @@ pub async fn serve_with_debug(
     // One boxed future either way: the plaintext and TLS incoming streams
     // have different types.
     let grpc: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> =
-        match tls_config {
-            Some(config) => {
-                let (incoming, accept_loop) =
-                    tls::incoming(listeners.grpc, config, draining.clone());
+        match (listeners.grpc, tls_config) {
+            (GrpcListener::Tcp(listener), Some(config)) => {
+                let (incoming, accept_loop) = tls::incoming(listener, config, draining.clone());
                 tracker.spawn(accept_loop.instrument(info_span!("grpc_tls_accept")));
                 let incoming = incoming.map(move |tls| tls.map(|io| aged::Aged::new(io, lifetime)));
                 Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
             }
-            None => {
-                let incoming = TcpIncoming::from(listeners.grpc)
+            (GrpcListener::Tcp(listener), None) => {
+                let incoming = TcpIncoming::from(listener)
                     .with_nodelay(Some(true))
                     .map(move |tcp| tcp.map(|io| aged::Aged::new(io, lifetime)));
+                Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
+            }
+            // Settings refuse TLS on a unix socket (GRPC_UDS), as a peer on
+            // the same host needs none; served plaintext if asked anyway.
+            (GrpcListener::Unix(listener), _) => {
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
+                    .map(move |unix| unix.map(|io| aged::Aged::new(io, lifetime)));
                 Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
             }
         };

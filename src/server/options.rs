@@ -15,32 +15,93 @@ use tokio::net::TcpListener;
 /// address without any sleep).
 #[derive(Debug)]
 pub struct Listeners {
-    /// gRPC listener (RLS, health, reflection).
-    pub grpc: TcpListener,
+    /// gRPC listener (RLS, RLQS, health, reflection).
+    pub grpc: GrpcListener,
     /// HTTP listener (`/healthcheck`, `/json`, `/rlconfig`, `/metrics`).
     pub http: TcpListener,
     /// Separate metrics listener (`USE_PROMETHEUS` + `PROMETHEUS_ADDR`).
     pub metrics: Option<TcpListener>,
 }
 
+/// Where gRPC is served: a TCP address, or a unix socket (`GRPC_UDS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrpcAt {
+    /// `GRPC_HOST:GRPC_PORT`.
+    Tcp(SocketAddr),
+    /// `GRPC_UDS`: a unix domain socket at this path.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for GrpcAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tcp(addr) => write!(f, "{addr}"),
+            Self::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// The bound gRPC listener.
+#[derive(Debug)]
+pub enum GrpcListener {
+    /// On TCP.
+    Tcp(TcpListener),
+    /// On a unix domain socket.
+    Unix(tokio::net::UnixListener),
+}
+
+impl From<TcpListener> for GrpcListener {
+    fn from(listener: TcpListener) -> Self {
+        Self::Tcp(listener)
+    }
+}
+
+impl GrpcListener {
+    /// Where it listens.
+    ///
+    /// # Errors
+    ///
+    /// The listener's address cannot be read.
+    pub fn local(&self) -> std::io::Result<GrpcAt> {
+        match self {
+            Self::Tcp(listener) => listener.local_addr().map(GrpcAt::Tcp),
+            Self::Unix(listener) => {
+                let addr = listener.local_addr()?;
+                Ok(GrpcAt::Unix(
+                    addr.as_pathname().map(PathBuf::from).unwrap_or_default(),
+                ))
+            }
+        }
+    }
+}
+
 impl Listeners {
-    /// Binds the addresses (the metrics one when given).
+    /// Binds the addresses (the metrics one when given). A unix socket's
+    /// path is taken over when a socket file is left there (a previous
+    /// process's); any other file there is an error.
     ///
     /// # Errors
     ///
     /// [`ServeError::Bind`] naming the address that could not be bound.
     pub async fn bind(
-        grpc: SocketAddr,
+        grpc: GrpcAt,
         http: SocketAddr,
         metrics: Option<SocketAddr>,
     ) -> Result<Self, ServeError> {
         let bind = |addr: SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
-                .map_err(|source| ServeError::Bind { addr, source })
+                .map_err(|source| ServeError::Bind {
+                    addr: addr.to_string(),
+                    source,
+                })
+        };
+        let grpc = match grpc {
+            GrpcAt::Tcp(addr) => GrpcListener::Tcp(bind(addr).await?),
+            GrpcAt::Unix(path) => GrpcListener::Unix(bind_unix(&path)?),
         };
         Ok(Self {
-            grpc: bind(grpc).await?,
+            grpc,
             http: bind(http).await?,
             metrics: match metrics {
                 Some(addr) => Some(bind(addr).await?),
@@ -162,14 +223,33 @@ impl ReloadOptions {
     }
 }
 
+/// Binds a unix socket at `path`, replacing a stale socket file.
+fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, ServeError> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let failed = |source| ServeError::Bind {
+        addr: format!("unix:{}", path.display()),
+        source,
+    };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(failed(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is there",
+            )));
+        }
+        std::fs::remove_file(path).map_err(failed)?;
+    }
+    tokio::net::UnixListener::bind(path).map_err(failed)
+}
+
 /// Why serving failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// A listener could not be bound.
     #[error("cannot listen on {addr}")]
     Bind {
-        /// Address asked for.
-        addr: SocketAddr,
+        /// Address asked for (`host:port`, or `unix:<path>`).
+        addr: String,
         /// Cause.
         #[source]
         source: std::io::Error,

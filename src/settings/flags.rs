@@ -24,6 +24,8 @@ pub struct ServeArgs {
     pub(crate) merge_domain_config: Option<bool>,
     #[arg(long, value_name = "ADDR", help = vars::help_of(&[&vars::grpc_host, &vars::grpc_port]))]
     pub(crate) grpc_addr: Option<SocketAddr>,
+    #[arg(long, value_name = "PATH", help = vars::grpc_uds.help())]
+    pub(crate) grpc_uds: Option<PathBuf>,
     #[arg(long, value_name = "ADDR", help = vars::help_of(&[&vars::host, &vars::port]))]
     pub(crate) http_addr: Option<SocketAddr>,
     #[arg(long, value_enum, help = vars::backend_type.help())]

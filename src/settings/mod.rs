@@ -61,6 +61,8 @@ pub struct Settings {
     pub merge_domain_config: bool,
     /// gRPC listen address.
     pub grpc_addr: SocketAddr,
+    /// `grpc_uds`: gRPC on this unix socket instead of `grpc_addr`.
+    pub grpc_uds: Option<PathBuf>,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
     /// Counter store.
@@ -319,6 +321,19 @@ impl Settings {
             // settings are ignored.
             None
         };
+        let grpc_uds = args
+            .grpc_uds
+            .clone()
+            .or_else(|| get(vars::grpc_uds.name).map(PathBuf::from));
+        if grpc_uds.is_some() && tls.is_some() {
+            return Err(SettingsError::Conflict {
+                reason: format!(
+                    "{} and {} are both set: gRPC over a unix socket is served without TLS",
+                    vars::grpc_uds.name,
+                    vars::grpc_server_use_tls.name
+                ),
+            });
+        }
         let serve_defaults = ServeOptions::default();
         let shutdown_grace = duration(
             args.shutdown_grace,
@@ -401,6 +416,7 @@ impl Settings {
             ignore_dotfiles: flag(args.ignore_dotfiles, vars::runtime_ignoredotfiles.name)?,
             merge_domain_config: flag(args.merge_domain_config, vars::merge_domain_config.name)?,
             grpc_addr,
+            grpc_uds,
             http_addr,
             store,
             // rust_log wins over the flag and log_level, as tracing users expect.

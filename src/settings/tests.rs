@@ -600,3 +600,24 @@ fn all_descriptors_and_request_header_settings() {
     assert_eq!(&*names.remaining, "RateLimit-Remaining");
     assert_eq!(&*names.reset, "X-Reset");
 }
+
+/// `grpc_uds`: gRPC on a unix socket; refused with TLS, which a peer on the
+/// same host does not need.
+#[test]
+fn grpc_on_a_unix_socket() {
+    let s = resolve(&[], &[(vars::grpc_uds.name, "/run/rls.sock")]).unwrap();
+    assert_eq!(s.grpc_uds, Some(PathBuf::from("/run/rls.sock")));
+    assert_eq!(resolve(&[], &[]).unwrap().grpc_uds, None);
+    let err = resolve(
+        &[
+            "--grpc-server-use-tls",
+            "--grpc-server-tls-cert",
+            "/c",
+            "--grpc-server-tls-key",
+            "/k",
+        ],
+        &[(vars::grpc_uds.name, "/run/rls.sock")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains(vars::grpc_uds.name), "{err}");
+}

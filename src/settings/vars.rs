@@ -131,6 +131,14 @@ pub(crate) const grpc_port: Var = Var {
     doc: "gRPC listen address: its port ({grpc_host}: its host)",
 };
 
+/// `grpc_uds`.
+pub(crate) const grpc_uds: Var = Var {
+    name: "GRPC_UDS",
+    flag: "grpc-uds",
+    default: "(none: gRPC on TCP)",
+    doc: "Serve gRPC on this unix domain socket instead of {grpc_host}:{grpc_port} (a stale socket file there is replaced); not with TLS",
+};
+
 /// `host`.
 pub(crate) const host: Var = Var {
     name: "HOST",
@@ -1140,6 +1148,7 @@ pub(crate) const ALL: &[Var] = &[
     merge_domain_config,
     grpc_host,
     grpc_port,
+    grpc_uds,
     host,
     port,
     backend_type,

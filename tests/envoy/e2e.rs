@@ -284,3 +284,28 @@ async fn header_settings_reach_the_upstream_and_the_client() {
     drop(envoy);
     server.shutdown().await;
 }
+
+/// `GRPC_UDS`: floodgate serves gRPC on a unix socket, and Envoy reaches
+/// it there (its cluster address a `pipe`): Envoy's rate-limit headers
+/// appear only when floodgate answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_reaches_floodgate_over_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("rls.sock");
+    let process =
+        crate::support::floodgate::Floodgate::start(&[("GRPC_UDS", socket.display().to_string())])
+            .await;
+    assert!(socket.exists(), "no socket at {}", socket.display());
+    // A placeholder port, replaced by the socket's path.
+    const PLACEHOLDER: u16 = 9;
+    let pipe = format!("pipe: {{ path: {} }}", socket.display());
+    let envoy = Envoy::start_edited(PLACEHOLDER, |yaml| {
+        let tcp = format!("socket_address: {{ address: 127.0.0.1, port_value: {PLACEHOLDER} }}");
+        assert!(yaml.contains(&tcp));
+        yaml.replace(&tcp, &pipe)
+    })
+    .await;
+    wait_until_limited(&envoy, "uds").await;
+    drop(envoy);
+    process.stop().await;
+}

@@ -132,11 +132,13 @@ impl TestServer {
     ) -> Self {
         super::init_tracing();
         let listeners = Listeners {
-            grpc,
+            grpc: grpc.into(),
             http: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
             metrics: None,
         };
-        let grpc_addr = listeners.grpc.local_addr().unwrap();
+        let floodgate::GrpcAt::Tcp(grpc_addr) = listeners.grpc.local().unwrap() else {
+            unreachable!("bound on TCP above")
+        };
         let http_addr = listeners.http.local_addr().unwrap();
         let limiter = Arc::new(Limiter::new(rules, store, clock, options));
         let token = CancellationToken::new();
