@@ -232,6 +232,10 @@ fn print_config_error(err: &ConfigError) {
 enum StartError {
     #[error(transparent)]
     Serve(ServeError),
+    #[error(
+        "redis not connected {0:?} after start (REDIS_STARTUP_MAX_ELAPSED_TIME): giving up, as the reference does"
+    )]
+    RedisStartup(std::time::Duration),
     #[error("cannot start tracing")]
     Tracing(#[source] TracingError),
 }
@@ -451,6 +455,27 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             },
             ..settings.serve
         };
+        // REDIS_STARTUP_MAX_ELAPSED_TIME: no first connection by then stops
+        // the process (a graceful stop, then exit 1).
+        let startup_limit = settings.redis.as_ref().and_then(|r| r.startup_max_elapsed);
+        let gave_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Some(limit) = startup_limit {
+            let (limiter, token, gave_up) = (limiter.clone(), token.clone(), gave_up.clone());
+            tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + limit;
+                while !limiter.store().is_ready() && tokio::time::Instant::now() < deadline {
+                    tokio::select! {
+                        () = token.cancelled() => return,
+                        () = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+                    }
+                }
+                if !limiter.store().is_ready() {
+                    tracing::error!(after = ?limit, "redis not connected in time; stopping");
+                    gave_up.store(true, std::sync::atomic::Ordering::SeqCst);
+                    token.cancel();
+                }
+            });
+        }
         let served =
             serve_with_debug(limiter, listeners, debug, serve_options, token.clone()).await;
         token.cancel();
@@ -461,7 +486,13 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         {
             tracing::warn!(error = &err as &dyn Error, "spans lost at shutdown");
         }
-        served.map_err(StartError::Serve)
+        served.map_err(StartError::Serve)?;
+        match startup_limit {
+            Some(limit) if gave_up.load(std::sync::atomic::Ordering::SeqCst) => {
+                Err(StartError::RedisStartup(limit))
+            }
+            _ => Ok(()),
+        }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

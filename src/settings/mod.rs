@@ -363,7 +363,18 @@ impl Settings {
             } else {
                 None
             };
-            Some(RedisSettings { main, per_second })
+            let startup_max_elapsed = Some(duration(
+                store_args.redis_startup_max_elapsed_time,
+                get(vars::redis_startup_max_elapsed_time.name),
+                vars::redis_startup_max_elapsed_time.name,
+                Duration::ZERO,
+            )?)
+            .filter(|limit| !limit.is_zero());
+            Some(RedisSettings {
+                main,
+                per_second,
+                startup_max_elapsed,
+            })
         } else {
             None
         };

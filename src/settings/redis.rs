@@ -11,6 +11,9 @@ pub struct RedisSettings {
     pub main: RedisConfig,
     /// The per-second Redis, with `redis_persecond`.
     pub per_second: Option<RedisConfig>,
+    /// `redis_startup_max_elapsed_time`: give up (stop the process) when
+    /// Redis is still not connected this long after start; `None`: never.
+    pub startup_max_elapsed: Option<Duration>,
 }
 
 /// The variables of one Redis: the main one or the per-second one.
@@ -158,6 +161,21 @@ pub(super) fn redis_config<'a>(
             vars::expiration_jitter_max_seconds.name,
             300,
         )?,
+        startup_backoff: (
+            duration(
+                args.redis_startup_initial_interval,
+                get(vars::redis_startup_initial_interval.name),
+                vars::redis_startup_initial_interval.name,
+                Duration::from_millis(100),
+            )?
+            .max(Duration::from_millis(1)),
+            duration(
+                args.redis_startup_max_interval,
+                get(vars::redis_startup_max_interval.name),
+                vars::redis_startup_max_interval.name,
+                Duration::from_secs(5),
+            )?,
+        ),
         // One setting for both Redis stores, as in the reference.
         redial_on_readonly: match (
             args.redis_close_connection_on_readonly_error,

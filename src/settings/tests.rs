@@ -621,3 +621,32 @@ fn grpc_on_a_unix_socket() {
     .unwrap_err();
     assert!(err.to_string().contains(vars::grpc_uds.name), "{err}");
 }
+
+/// The first Redis connection's retries (`redis_startup_*`): floodgate's
+/// own defaults, the reference's variables, and 0 as "try forever".
+#[test]
+fn redis_startup_settings() {
+    let redis = |extra: &[(&str, &str)]| {
+        let mut all = vec![(vars::backend_type.name, "redis")];
+        all.extend_from_slice(extra);
+        resolve(&[], &all).unwrap().redis.unwrap()
+    };
+    let defaults = redis(&[]);
+    assert_eq!(
+        defaults.main.startup_backoff,
+        (Duration::from_millis(100), Duration::from_secs(5))
+    );
+    assert_eq!(defaults.startup_max_elapsed, None);
+    let set = redis(&[
+        (vars::redis_startup_initial_interval.name, "1s"),
+        (vars::redis_startup_max_interval.name, "30s"),
+        (vars::redis_startup_max_elapsed_time.name, "2m"),
+    ]);
+    assert_eq!(
+        set.main.startup_backoff,
+        (Duration::from_secs(1), Duration::from_secs(30))
+    );
+    assert_eq!(set.startup_max_elapsed, Some(Duration::from_secs(120)));
+    let forever = redis(&[(vars::redis_startup_max_elapsed_time.name, "0s")]);
+    assert_eq!(forever.startup_max_elapsed, None);
+}

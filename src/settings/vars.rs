@@ -507,6 +507,30 @@ pub(crate) const redis_connect_timeout: Var = Var {
     doc: "Deadline of one Redis connection attempt",
 };
 
+/// `redis_startup_initial_interval`.
+pub(crate) const redis_startup_initial_interval: Var = Var {
+    name: "REDIS_STARTUP_INITIAL_INTERVAL",
+    flag: "redis-startup-initial-interval",
+    default: "`100ms` (the reference: `1s`)",
+    doc: "First wait before the first connection to Redis is tried again; doubles each time. floodgate serves meanwhile, health NOT_SERVING",
+};
+
+/// `redis_startup_max_interval`.
+pub(crate) const redis_startup_max_interval: Var = Var {
+    name: "REDIS_STARTUP_MAX_INTERVAL",
+    flag: "redis-startup-max-interval",
+    default: "`5s` (the reference: `30s`)",
+    doc: "Longest wait between two tries of the first connection to Redis",
+};
+
+/// `redis_startup_max_elapsed_time`.
+pub(crate) const redis_startup_max_elapsed_time: Var = Var {
+    name: "REDIS_STARTUP_MAX_ELAPSED_TIME",
+    flag: "redis-startup-max-elapsed-time",
+    default: "`0` (try forever)",
+    doc: "When not 0: Redis still not connected this long after start stops the process (exit 1, the error names Redis), as the reference gives up",
+};
+
 /// `redis_close_connection_on_readonly_error`.
 pub(crate) const redis_close_connection_on_readonly_error: Var = Var {
     name: "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR",
@@ -1195,6 +1219,9 @@ pub(crate) const ALL: &[Var] = &[
     redis_timeout,
     redis_op_timeout,
     redis_connect_timeout,
+    redis_startup_initial_interval,
+    redis_startup_max_interval,
+    redis_startup_max_elapsed_time,
     redis_close_connection_on_readonly_error,
     redis_persecond,
     redis_persecond_url,

@@ -290,3 +290,50 @@ fn run_as_ratelimit_every_subcommand_runs_as_itself() {
         "{out:?}"
     );
 }
+
+/// `REDIS_STARTUP_MAX_ELAPSED_TIME`: a Redis that never answers stops the
+/// process once the time is up (exit 1, the error says why), as the
+/// reference gives up; nothing listens on the port, so no redis-server is
+/// needed.
+#[test]
+fn a_redis_never_reached_stops_the_process_after_the_startup_time() {
+    let nothing_there = free_port();
+    let mut child = floodgate()
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config-dir",
+        ])
+        .arg(repo("examples/config"))
+        .env_clear()
+        .env("BACKEND_TYPE", "redis")
+        .env("REDIS_URL", format!("127.0.0.1:{nothing_there}"))
+        .env("REDIS_STARTUP_INITIAL_INTERVAL", "50ms")
+        .env("REDIS_STARTUP_MAX_INTERVAL", "200ms")
+        .env("REDIS_STARTUP_MAX_ELAPSED_TIME", "1s")
+        .env("LOG_LEVEL", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = poll_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        child.try_wait().unwrap().map(|_| true)
+    });
+    if !exited {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        exited,
+        "still running 20 s after a 1 s startup limit: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("REDIS_STARTUP_MAX_ELAPSED_TIME"),
+        "{stderr}"
+    );
+}

@@ -47,6 +47,10 @@ pub struct RedisConfig {
     /// or a Service) is dropped and dialled afresh. LOADING, MASTERDOWN and
     /// dropped connections are dialled afresh either way.
     pub redial_on_readonly: bool,
+    /// The first connection's retry waits: from the first to the longest,
+    /// doubling (`REDIS_STARTUP_INITIAL_INTERVAL`,
+    /// `REDIS_STARTUP_MAX_INTERVAL`).
+    pub startup_backoff: (Duration, Duration),
 }
 
 /// TLS to Redis (`REDIS_TLS`, `REDIS_TLS_CACERT`, `REDIS_TLS_CLIENT_CERT`,
@@ -102,6 +106,7 @@ impl RedisConfig {
             expiration_jitter_max_secs: 0,
             tls: None,
             redial_on_readonly: true,
+            startup_backoff: (Duration::from_millis(100), Duration::from_secs(5)),
         }
     }
 

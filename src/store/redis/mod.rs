@@ -68,9 +68,6 @@ struct Inner {
     nonce_counter: AtomicU64,
 }
 
-/// Backoff bounds for (re)connecting at start.
-const CONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
-const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How often Sentinel is asked where the master is (besides following its
 /// `+switch-master` announcements).
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
@@ -152,7 +149,8 @@ impl RedisStore {
     /// and with Sentinel, follows the master when it moves (announced on
     /// `+switch-master`, and polled).
     pub async fn maintain(&self, shutdown: CancellationToken) {
-        let mut backoff = CONNECT_BACKOFF_MIN;
+        let (first, longest) = self.inner.config.startup_backoff;
+        let mut backoff = first;
         while !self.is_ready() {
             match self.connect().await {
                 Ok(()) => break,
@@ -164,7 +162,7 @@ impl RedisStore {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(backoff) => {}
             }
-            backoff = backoff.saturating_mul(2).min(CONNECT_BACKOFF_MAX);
+            backoff = backoff.saturating_mul(2).min(longest.max(first));
         }
         let sentinel = self.inner.config.mode == RedisMode::Sentinel;
         let switches = async {
