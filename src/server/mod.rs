@@ -41,6 +41,9 @@ use tracing::{Instrument as _, info, info_span, warn};
 
 /// How often readiness of the store is checked until it is ready.
 const STORE_READY_POLL: Duration = Duration::from_millis(50);
+/// How often health asks the store whether it answers, when it follows the
+/// store (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+const STORE_HEALTH_POLL: Duration = Duration::from_secs(1);
 
 /// Serves `limiter` on `listeners` until `shutdown` is cancelled, then
 /// drains and returns.
@@ -354,7 +357,33 @@ fn spawn_background(
             .instrument(info_span!("history")),
         );
     }
-    if !limiter.store().is_ready() {
+    if options.health_follows_store {
+        // Health follows whether the store answers, every second: a Redis
+        // lost later turns the instance NOT_SERVING, and back.
+        let (limiter, health, shutdown) = (limiter.clone(), health.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            let mut poll = tokio::time::interval(STORE_HEALTH_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut serving = limiter.store().is_ready();
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = poll.tick() => {
+                        let answers = limiter.store().is_ready() && limiter.store().answers().await;
+                        if answers != serving {
+                            serving = answers;
+                            health.set_store_ready(answers).await;
+                            if answers {
+                                info!("store answers again; serving");
+                            } else {
+                                warn!("store does not answer; health NOT_SERVING");
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    } else if !limiter.store().is_ready() {
         // Health stays NOT_SERVING until the store is connected, so probes
         // never route traffic to an instance that can only answer
         // UNAVAILABLE.

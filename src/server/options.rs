@@ -126,6 +126,9 @@ pub struct ServeOptions {
     /// How long calls in flight may take after that GOAWAY
     /// (`GRPC_MAX_CONNECTION_AGE_GRACE`); `None`: as long as they take.
     pub max_connection_age_grace: Option<Duration>,
+    /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`: health follows whether the
+    /// store answers (checked every second), not only its first connect.
+    pub health_follows_store: bool,
     /// Largest request message accepted, gRPC message or `/json` body
     /// (`MAX_REQUEST_BYTES`); larger ones are refused before decoding.
     pub max_request_bytes: usize,
@@ -174,6 +177,7 @@ impl Default for ServeOptions {
             max_concurrent_per_connection: 1_024,
             max_connection_age: None,
             max_connection_age_grace: None,
+            health_follows_store: false,
             max_request_bytes: 1 << 20,
             healthy_only_with_rules: false,
             reload: None,

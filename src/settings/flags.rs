@@ -190,6 +190,8 @@ pub struct StoreArgs {
     pub(crate) redis_startup_max_interval: Option<Duration>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::redis_startup_max_elapsed_time.help())]
     pub(crate) redis_startup_max_elapsed_time: Option<Duration>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::redis_health_check_active_connection.help())]
+    pub(crate) redis_health_check_active_connection: Option<bool>,
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::redis_close_connection_on_readonly_error.help())]
     pub(crate) redis_close_connection_on_readonly_error: Option<bool>,
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::redis_persecond.help())]

@@ -505,6 +505,11 @@ impl Settings {
                     0 => serve_defaults.max_concurrent_per_connection,
                     n => usize::try_from(n).unwrap_or(usize::MAX),
                 },
+                health_follows_store: store == BackendType::Redis
+                    && flag(
+                        store_args.redis_health_check_active_connection,
+                        vars::redis_health_check_active_connection.name,
+                    )?,
                 max_connection_age: Some(duration(
                     args.grpc_max_connection_age,
                     get(vars::grpc_max_connection_age.name),

@@ -650,3 +650,15 @@ fn redis_startup_settings() {
     let forever = redis(&[(vars::redis_startup_max_elapsed_time.name, "0s")]);
     assert_eq!(forever.startup_max_elapsed, None);
 }
+
+/// `redis_health_check_active_connection`: only meaningful on Redis.
+#[test]
+fn health_follows_redis_only_when_asked() {
+    let on = [(vars::redis_health_check_active_connection.name, "true")];
+    assert!(!resolve(&[], &on).unwrap().serve.health_follows_store);
+    let mut redis = on.to_vec();
+    redis.push((vars::backend_type.name, "redis"));
+    assert!(resolve(&[], &redis).unwrap().serve.health_follows_store);
+    let off = resolve(&[], &[(vars::backend_type.name, "redis")]).unwrap();
+    assert!(!off.serve.health_follows_store);
+}

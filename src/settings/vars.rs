@@ -531,6 +531,14 @@ pub(crate) const redis_startup_max_elapsed_time: Var = Var {
     doc: "When not 0: Redis still not connected this long after start stops the process (exit 1, the error names Redis), as the reference gives up",
 };
 
+/// `redis_health_check_active_connection`.
+pub(crate) const redis_health_check_active_connection: Var = Var {
+    name: "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+    flag: "redis-health-check-active-connection",
+    default: "false (health follows the first connect only)",
+    doc: "Health follows whether Redis answers (a PING every second): NOT_SERVING while it does not, SERVING again when it does",
+};
+
 /// `redis_close_connection_on_readonly_error`.
 pub(crate) const redis_close_connection_on_readonly_error: Var = Var {
     name: "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR",
@@ -1222,6 +1230,7 @@ pub(crate) const ALL: &[Var] = &[
     redis_startup_initial_interval,
     redis_startup_max_interval,
     redis_startup_max_elapsed_time,
+    redis_health_check_active_connection,
     redis_close_connection_on_readonly_error,
     redis_persecond,
     redis_persecond_url,

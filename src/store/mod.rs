@@ -274,6 +274,22 @@ impl StoreKind {
         }
     }
 
+    /// Whether the store answers now (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`):
+    /// Redis answers a PING within its call timeout, on every Redis; the
+    /// embedded store always does.
+    pub async fn answers(&self) -> bool {
+        match self {
+            Self::Memory(_) => true,
+            Self::Redis { main, per_second } => {
+                main.ping().await
+                    && match per_second {
+                        Some(store) => store.ping().await,
+                        None => true,
+                    }
+            }
+        }
+    }
+
     /// The store's own background work until `shutdown`: the embedded
     /// store reclaims ended windows every few seconds (by `clock`); Redis
     /// stores keep their connections up and follow Sentinel.

@@ -895,3 +895,68 @@ async fn requests_before_the_first_connection_wait_for_it() {
     );
     server.shutdown().await;
 }
+
+/// A server on `store` whose health follows the store when `follow` is on
+/// (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`).
+async fn serve_health(store: StoreKind, follow: bool) -> TestServer {
+    TestServer::start_with(
+        index(&[("edge.yaml", RULES)]),
+        store,
+        Arc::new(ManualClock::new(UnixMillis::from_secs(T0))),
+        LimiterOptions::default(),
+        floodgate::ServeOptions {
+            shutdown_grace: Duration::from_secs(5),
+            health_follows_store: follow,
+            ..floodgate::ServeOptions::default()
+        },
+    )
+    .await
+}
+
+async fn healthy(server: &TestServer) -> bool {
+    crate::support::http::get(server.http_addr, "/healthcheck")
+        .await
+        .status
+        == 200
+}
+
+/// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`: health turns NOT_SERVING when
+/// Redis stops answering, and SERVING again when it is back; without it,
+/// health follows only the first connect (the reference's default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_a_redis_lost_and_back_when_asked() {
+    let mut redis = RedisServer::start();
+    let config = RedisConfig {
+        timeout: Duration::from_millis(200),
+        connect_timeout: Duration::from_millis(200),
+        ..redis_config(RedisMode::Single, redis.addr())
+    };
+    let following = serve_health(connected(config.clone()).await, true).await;
+    let first_only = serve_health(connected(config).await, false).await;
+    crate::support::wait_until("both healthy", Duration::from_secs(10), || async {
+        healthy(&following).await && healthy(&first_only).await
+    })
+    .await;
+
+    redis.stop();
+    crate::support::wait_until(
+        "NOT_SERVING without redis",
+        Duration::from_secs(15),
+        || async { !healthy(&following).await },
+    )
+    .await;
+    assert!(
+        healthy(&first_only).await,
+        "without the setting, health follows the first connect only"
+    );
+
+    redis.restart(&[]);
+    crate::support::wait_until(
+        "SERVING with redis back",
+        Duration::from_secs(15),
+        || async { healthy(&following).await },
+    )
+    .await;
+    following.shutdown().await;
+    first_only.shutdown().await;
+}

@@ -130,6 +130,38 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Whether Redis answers a PING now, within the call timeout. A failed
+    /// PING is a failed call: when its connection must be replaced, the
+    /// store dials afresh (as after a failed request), so a Redis that
+    /// comes back is found without traffic.
+    pub async fn ping(&self) -> bool {
+        let Some(connection) = self.inner.connection.load_full() else {
+            return false;
+        };
+        let call = async {
+            let reply = match &*connection {
+                Connection::Pool(pool) => match pool.pick() {
+                    Some(mut conn) => redis::cmd("PING").query_async::<String>(&mut conn).await,
+                    None => Err(no_connection()),
+                },
+                Connection::Cluster(cluster) => {
+                    let mut conn = cluster.conn.clone();
+                    redis::cmd("PING").query_async::<String>(&mut conn).await
+                }
+            };
+            match reply {
+                Ok(_) => true,
+                Err(err) => {
+                    self.inner.signals.failed(&err);
+                    false
+                }
+            }
+        };
+        tokio::time::timeout(self.inner.config.timeout, call)
+            .await
+            .unwrap_or(false)
+    }
+
     /// The connection, waiting for the first one when a request arrives
     /// before it (the caller's timeout bounds the wait).
     async fn connection(&self) -> Arc<Connection> {
