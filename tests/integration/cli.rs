@@ -10,6 +10,22 @@ fn floodgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_floodgate"))
 }
 
+/// `floodgate serve` on ports the OS picks, with the rules in `dir`.
+fn serve_on_any_port(dir: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = floodgate();
+    command
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config-dir",
+        ])
+        .arg(dir);
+    command
+}
+
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
@@ -62,18 +78,7 @@ fn serve_refuses_a_bad_rule_file_before_binding() {
         "domain: d\ndescriptors:\n  - key: a\n    ratelimit: {}\n",
     )
     .unwrap();
-    let out = floodgate()
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--config-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = serve_on_any_port(dir.path()).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("unknown key 'ratelimit'"), "{stderr}");
@@ -298,16 +303,7 @@ fn run_as_ratelimit_every_subcommand_runs_as_itself() {
 #[test]
 fn a_redis_never_reached_stops_the_process_after_the_startup_time() {
     let nothing_there = free_port();
-    let mut child = floodgate()
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--config-dir",
-        ])
-        .arg(repo("examples/config"))
+    let mut child = serve_on_any_port(repo("examples/config"))
         .env_clear()
         .env("BACKEND_TYPE", "redis")
         .env("REDIS_URL", format!("127.0.0.1:{nothing_there}"))
