@@ -389,6 +389,9 @@ async fn after_a_redis_restart_no_call_fails_once_one_is_answered() {
         }),
     )
     .await;
+    // Calls started from here on reach the new server or fail; the ones
+    // answered while `restart` waits for it to be ready count there too.
+    let restart_from = load.order.load(Ordering::SeqCst);
     redis.restart(&[]);
     let up_from = load.order.load(Ordering::SeqCst);
     wait_for(
@@ -415,14 +418,21 @@ async fn after_a_redis_restart_no_call_fails_once_one_is_answered() {
     for (i, value) in ["r0", "r1", "r2", "r3"].iter().enumerate() {
         let answered = calls
             .iter()
-            .filter(|(v, c)| v == value && c.ok && c.started > up_from)
+            .filter(|(v, c)| v == value && c.ok && c.started > restart_from)
+            .count() as u64;
+        // A call that failed after the restart began (a timeout while the
+        // new server ran its script) may have counted, once: the README's
+        // "When Redis fails" says so.
+        let failed = calls
+            .iter()
+            .filter(|(v, c)| v == value && !c.ok && c.started > restart_from)
             .count() as u64;
         let stored = count_on(&redis, value);
-        // Calls that started before the restart and were answered after
-        // it may have counted on either server; none here is counted twice.
+        // The one call in flight when the restart began (each caller asks
+        // one at a time) may have counted there too; none is counted twice.
         assert!(
-            stored >= answered && stored <= answered + 4,
-            "caller {i}: {stored} stored for {answered} answered"
+            stored >= answered && stored <= answered + failed + 1,
+            "caller {i}: {stored} stored for {answered} answered and {failed} failed"
         );
     }
     server.shutdown().await;
