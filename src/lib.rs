@@ -63,7 +63,8 @@ pub use insight::TopRecorder;
 pub use limiter::{Code, FailureMode, HeaderNames, LimitError, Limiter, LimiterOptions, Response};
 pub use metrics::{Mapper, MapperError, Metrics, ReloadStats};
 pub use otel::{
-    ExportProtocol, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError, TracingSettings,
+    ExportProtocol, MEMCACHE_STORE_SPAN, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing,
+    TracingError, TracingSettings,
 };
 pub use rlqs::state::StreamBounds;
 pub use rlqs::{RlqsOptions, Unmatched};
@@ -76,7 +77,7 @@ pub use settings::{BackendType, Env, ServeArgs, Settings, SettingsError};
 pub use shutdown::cancel_on_signal;
 pub use store::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 pub use store::{
-    Batch, CounterId, MemoryStore, Op, RedisConfig, RedisMode, RedisStore, RedisTls, SnapshotError,
-    Store, StoreError, StoreKind,
+    Batch, CounterId, MemcacheConfig, MemcacheServers, MemcacheStore, MemcacheTls, MemoryStore, Op,
+    RedisConfig, RedisMode, RedisStore, RedisTls, SnapshotError, Store, StoreError, StoreKind,
 };
 pub use telemetry::{TelemetryError, error_chain, init as init_logging};

@@ -26,8 +26,8 @@ use floodgate::XdsClient;
 use floodgate::{BackendType, Env, ServeArgs, Settings};
 use floodgate::{GrpcAt, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
 use floodgate::{Index, cancel_on_signal, error_chain, init_logging, load_dir, serve_with_debug};
-use floodgate::{MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
-use floodgate::{MemoryStore, RedisStore, StoreKind};
+use floodgate::{MEMCACHE_STORE_SPAN, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
+use floodgate::{MemcacheStore, MemoryStore, RedisStore, StoreKind};
 use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -103,6 +103,8 @@ enum StartError {
     RedisStartup(std::time::Duration),
     #[error("cannot start tracing")]
     Tracing(#[source] TracingError),
+    #[error("cannot use memcached")]
+    Memcache(#[source] floodgate::StoreError),
 }
 
 fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
@@ -149,6 +151,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     let options = LoadOptions {
         merge_domains: settings.merge_domain_config,
         ignore_dotfiles: settings.ignore_dotfiles,
+        fixed_windows_only: settings.store == BackendType::Memcache,
     };
     // With xDS (CONFIG_TYPE=GRPC_XDS_SOTW) rules come from the management
     // server only: no rule directory is read or watched.
@@ -175,7 +178,10 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     for s in index.summaries() {
         tracing::info!(rl.domain = %s.domain, descriptors = s.descriptors, rules = s.rules, "domain loaded");
     }
+    // memcached is set up on the runtime (an SRV record is asked there);
+    // the other stores are ready here.
     let store = match settings.store {
+        BackendType::Memcache => None,
         BackendType::Memory => {
             let store = MemoryStore::with_snapshot(
                 settings.memory_store_max_bytes,
@@ -197,15 +203,15 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             }
-            StoreKind::Memory(store)
+            Some(StoreKind::Memory(store))
         }
         BackendType::Redis => match &settings.redis {
             Some(redis) => {
                 tracing::info!(redis.url = %redis.main.redacted_url(), "using the redis store");
-                StoreKind::Redis {
+                Some(StoreKind::Redis {
                     main: RedisStore::new(redis.main.clone()),
                     per_second: redis.per_second.clone().map(RedisStore::new),
-                }
+                })
             }
             None => {
                 eprintln!("error: redis store selected without redis settings");
@@ -289,6 +295,21 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
                 )?),
                 None => None,
             };
+        let store = match (store, &settings.memcache) {
+            (Some(store), _) => store,
+            (None, Some(config)) => {
+                let store = MemcacheStore::connect(config.clone())
+                    .await
+                    .map_err(StartError::Memcache)?;
+                tracing::info!(memcache.servers = ?store.servers(), "using the memcache store");
+                StoreKind::Memcache(store)
+            }
+            (None, None) => {
+                return Err(StartError::Memcache(floodgate::StoreError::Config {
+                    reason: "memcache store selected without memcache settings",
+                }));
+            }
+        };
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
             Limiter::new(
@@ -311,6 +332,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
                 t.request_tracer(match settings.store {
                     BackendType::Memory => MEMORY_STORE_SPAN,
                     BackendType::Redis => REDIS_STORE_SPAN,
+                    BackendType::Memcache => MEMCACHE_STORE_SPAN,
                 })
             }),
             stats: StatsExport {

@@ -72,6 +72,7 @@ pub(crate) fn run_explain(args: &ExplainArgs) -> ExitCode {
     let options = LoadOptions {
         merge_domains: args.merge_domain_config,
         ignore_dotfiles: args.ignore_dotfiles,
+        ..LoadOptions::default()
     };
     let index = match load_dir(&args.config_dir, &options) {
         Ok(index) => index,
@@ -114,6 +115,7 @@ pub(crate) fn run_check_config(args: &CheckArgs) -> ExitCode {
     let options = LoadOptions {
         merge_domains: args.merge_domain_config,
         ignore_dotfiles: args.ignore_dotfiles,
+        ..LoadOptions::default()
     };
     match load_dir(&args.dir, &options) {
         Ok(index) => {

@@ -40,6 +40,8 @@ pub const MEMORY_STORE_SPAN: &str = "Memory Store Execution";
 
 /// Name of the store round-trip span on Redis (the reference's).
 pub const REDIS_STORE_SPAN: &str = "Redis Pipeline Execution";
+/// The span of a memcached store round trip (the reference's name).
+pub const MEMCACHE_STORE_SPAN: &str = "Memcached Fetch Execution";
 
 /// Longest wait for the last export at shutdown.
 const FLUSH_WITHIN: Duration = Duration::from_secs(10);
@@ -198,8 +200,8 @@ impl Tracing {
     }
 
     /// What the gRPC service starts call spans with; `store_span` names the
-    /// child span of each store round trip ([`MEMORY_STORE_SPAN`] or
-    /// [`REDIS_STORE_SPAN`]).
+    /// child span of each store round trip ([`MEMORY_STORE_SPAN`],
+    /// [`REDIS_STORE_SPAN`] or [`MEMCACHE_STORE_SPAN`]).
     pub fn request_tracer(&self, store_span: &'static str) -> RequestTracer {
         RequestTracer {
             tracer: self.provider.tracer("floodgate"),

@@ -10,6 +10,8 @@ pub enum BackendType {
     Memory,
     /// Redis (shared by every instance).
     Redis,
+    /// memcached (shared by every instance; fixed windows only).
+    Memcache,
 }
 
 /// Flags of `floodgate serve`; every one is optional and falls back to its

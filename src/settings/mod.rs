@@ -6,6 +6,7 @@
 //! environment.
 
 mod flags;
+mod memcache;
 mod otlp;
 mod parse;
 mod redis;
@@ -79,6 +80,8 @@ pub struct Settings {
     pub serve: ServeOptions,
     /// Redis settings, when the store is Redis.
     pub redis: Option<RedisSettings>,
+    /// memcached settings, when the store is memcached.
+    pub memcache: Option<crate::store::MemcacheConfig>,
     /// Separate metrics listener (`use_prometheus`).
     pub metrics_addr: Option<SocketAddr>,
     /// Byte budget of the embedded store (`memory_store_max_bytes`).
@@ -175,7 +178,7 @@ impl Settings {
             args.store,
             get(vars::backend_type.name),
             vars::backend_type.name,
-            "memory or redis",
+            "memory, redis or memcache",
             default_store,
         )?;
         let log_format = choice(
@@ -379,6 +382,12 @@ impl Settings {
             None
         };
 
+        let memcache = if store == BackendType::Memcache {
+            Some(memcache::memcache_config(store_args, &get)?)
+        } else {
+            None
+        };
+
         let metrics_addr = if flag(args.use_prometheus, vars::use_prometheus.name)? {
             let text = args
                 .prometheus_addr
@@ -423,6 +432,7 @@ impl Settings {
                 crate::metrics::DEFAULT_MAX_SERIES,
             )?,
             redis,
+            memcache,
             config_dir,
             ignore_dotfiles: flag(args.ignore_dotfiles, vars::runtime_ignoredotfiles.name)?,
             merge_domain_config: flag(args.merge_domain_config, vars::merge_domain_config.name)?,

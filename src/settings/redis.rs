@@ -150,17 +150,8 @@ pub(super) fn redis_config<'a>(
             v.connect_timeout.name,
             Duration::from_secs(1),
         )?,
-        key_prefix: args
-            .cache_key_prefix
-            .clone()
-            .or_else(|| get(vars::cache_key_prefix.name).map(str::to_owned))
-            .unwrap_or_default(),
-        expiration_jitter_max_secs: number(
-            args.expiration_jitter_max_seconds,
-            get(vars::expiration_jitter_max_seconds.name),
-            vars::expiration_jitter_max_seconds.name,
-            300,
-        )?,
+        key_prefix: key_prefix(args, get),
+        expiration_jitter_max_secs: expiration_jitter(args, get)?,
         startup_backoff: (
             duration(
                 args.redis_startup_initial_interval,
@@ -189,6 +180,28 @@ pub(super) fn redis_config<'a>(
             )?,
         },
     })
+}
+
+/// `cache_key_prefix`, shared by the Redis and memcached stores.
+pub(super) fn key_prefix<'a>(args: &StoreArgs, get: &impl Fn(&str) -> Option<&'a str>) -> String {
+    args.cache_key_prefix
+        .clone()
+        .or_else(|| get(vars::cache_key_prefix.name).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// `expiration_jitter_max_seconds`, shared by the Redis and memcached
+/// stores.
+pub(super) fn expiration_jitter<'a>(
+    args: &StoreArgs,
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<u64, SettingsError> {
+    number(
+        args.expiration_jitter_max_seconds,
+        get(vars::expiration_jitter_max_seconds.name),
+        vars::expiration_jitter_max_seconds.name,
+        300,
+    )
 }
 
 /// The password of one Redis: inline (flag or variable) or read from a file

@@ -301,8 +301,8 @@ fn malformed_environment_is_named() {
             vars::grpc_port.name
         )
     );
-    let err = resolve(&[], &[(vars::backend_type.name, "memcache")]).unwrap_err();
-    assert!(err.to_string().contains("memory or redis"));
+    let err = resolve(&[], &[(vars::backend_type.name, "memcached")]).unwrap_err();
+    assert!(err.to_string().contains("memory, redis or memcache"));
 }
 
 #[test]

@@ -75,11 +75,13 @@ pub(crate) fn expand(text: &str) -> String {
     out
 }
 
+mod memcache;
 mod serve;
 mod sources;
 mod stats;
 mod store;
 
+pub(crate) use memcache::*;
 pub(crate) use serve::*;
 pub(crate) use sources::*;
 pub(crate) use stats::*;
@@ -154,6 +156,17 @@ pub(crate) const ALL: &[Var] = &[
     redis_tls_client_cert,
     redis_tls_client_key,
     redis_tls_skip_hostname_verification,
+    memcache_host_port,
+    memcache_srv,
+    memcache_srv_refresh,
+    memcache_srv_dns,
+    memcache_max_idle_conns,
+    memcache_timeout,
+    memcache_tls,
+    memcache_tls_cacert,
+    memcache_tls_client_cert,
+    memcache_tls_client_key,
+    memcache_tls_skip_hostname_verification,
     cache_key_prefix,
     expiration_jitter_max_seconds,
     local_cache_size_in_bytes,

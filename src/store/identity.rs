@@ -57,6 +57,67 @@ impl CounterId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The identity's parts read back: the domain, the entries as
+    /// `(key, value)` in order, and the shadow limit's position for a
+    /// candidate. For stores whose keys are written from the parts
+    /// (memcached keys in the reference's format).
+    pub(crate) fn parts(&self) -> Parts {
+        let mut pieces = self.0.split('|');
+        let domain = unescape(pieces.next().unwrap_or_default());
+        let mut parts = Parts {
+            domain,
+            entries: Vec::new(),
+            shadow: None,
+        };
+        for piece in pieces {
+            if let Some(limit) = piece.strip_prefix("%shadow") {
+                parts.shadow = limit.parse().ok();
+                continue;
+            }
+            let (key, value) = piece.split_once('=').unwrap_or((piece, ""));
+            parts.entries.push((unescape(key), unescape(value)));
+        }
+        parts
+    }
+}
+
+/// A [`CounterId`] read back ([`CounterId::parts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Parts {
+    /// The domain.
+    pub(crate) domain: String,
+    /// The descriptor's entries, `(key, value)`, in order.
+    pub(crate) entries: Vec<(String, String)>,
+    /// For a candidate, the position of its shadow limit.
+    pub(crate) shadow: Option<usize>,
+}
+
+/// Undoes [`escape_into`]: `%` and two hex digits become that byte.
+fn unescape(part: &str) -> String {
+    if !part.contains('%') {
+        return part.to_owned();
+    }
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (byte, hex) {
+            (b'%', Some(decoded)) => {
+                out.push(decoded);
+                i += 3;
+            }
+            _ => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl fmt::Display for CounterId {
@@ -125,7 +186,36 @@ mod tests {
         assert!(!id.as_str().contains(['{', '}']));
     }
 
+    #[test]
+    fn parts_read_back() {
+        let id = CounterId::new("d{x}", [("k|=", "v%{}"), ("a_b", "")]);
+        let parts = id.parts();
+        assert_eq!(parts.domain, "d{x}");
+        assert_eq!(
+            parts.entries,
+            [
+                ("k|=".to_owned(), "v%{}".to_owned()),
+                ("a_b".to_owned(), String::new())
+            ]
+        );
+        assert_eq!(parts.shadow, None);
+        assert_eq!(id.candidate(2).parts().shadow, Some(2));
+        assert_eq!(id.candidate(2).parts().entries, parts.entries);
+    }
+
     proptest! {
+        /// Parts read back are the parts the identity was built from.
+        #[test]
+        fn parts_round_trip(
+            d in "[a-z{}|=%_é]{0,4}",
+            e in proptest::collection::vec(("[a-z{}|=%_:\n é]{0,4}", "[a-z{}|=%_:\n é]{0,4}"), 0..4),
+        ) {
+            let id = CounterId::new(&d, e.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            let parts = id.parts();
+            prop_assert_eq!(parts.domain, d);
+            prop_assert_eq!(parts.entries, e);
+        }
+
         /// Escaping is injective: different inputs give different identities.
         #[test]
         fn distinct_descriptors_never_collide(

@@ -5,11 +5,15 @@
 //! identities, algorithm parameters and hit counts.
 
 mod identity;
+mod kind;
+pub(crate) mod memcache;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod rlqs;
 
 pub use identity::CounterId;
+pub use kind::StoreKind;
+pub use memcache::{MemcacheConfig, MemcacheServers, MemcacheStore, MemcacheTls};
 pub use memory::{MemoryStore, SnapshotError};
 pub use redis::{RedisConfig, RedisMode, RedisStore, RedisTls};
 
@@ -88,6 +92,23 @@ pub enum StoreError {
         #[source]
         source: ::redis::RedisError,
     },
+    /// memcached answered with an error or the connection failed.
+    #[error("memcached request failed")]
+    Memcache {
+        /// Whether retrying later may succeed.
+        transient: bool,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The DNS SRV record of the memcached servers gave no server.
+    #[error("no memcached server from the SRV record {name}: {detail}")]
+    Srv {
+        /// The record.
+        name: String,
+        /// What DNS answered.
+        detail: String,
+    },
     /// Redis answered something floodgate cannot read as a counter state.
     #[error("unexpected reply from redis: {detail}")]
     BadReply {
@@ -95,7 +116,7 @@ pub enum StoreError {
         detail: String,
     },
     /// A TLS certificate or key file cannot be read.
-    #[error("cannot read redis tls file {path}")]
+    #[error("cannot read tls file {path}")]
     TlsFile {
         /// The file.
         path: std::path::PathBuf,
@@ -146,6 +167,8 @@ impl StoreError {
             Self::NotConnected => "not_connected",
             Self::Timeout => "timeout",
             Self::Redis { .. } => "redis",
+            Self::Memcache { .. } => "memcache",
+            Self::Srv { .. } => "srv",
             Self::BadReply { .. } => "bad_reply",
             Self::TlsFile { .. } => "tls_file",
             Self::Config { .. } => "config",
@@ -155,8 +178,8 @@ impl StoreError {
     /// Whether retrying later may succeed (the store may come back).
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::NotConnected | Self::Timeout => true,
-            Self::Redis { transient, .. } => *transient,
+            Self::NotConnected | Self::Timeout | Self::Srv { .. } => true,
+            Self::Redis { transient, .. } | Self::Memcache { transient, .. } => *transient,
             Self::Config { .. } | Self::TlsFile { .. } | Self::BadReply { .. } => false,
         }
     }
@@ -214,202 +237,4 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         batch: &Batch,
         now: UnixMillis,
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
-}
-
-/// The stores floodgate can run on, as one concrete type so the hot path
-/// needs no dynamic dispatch.
-#[derive(Debug, Clone)]
-pub enum StoreKind {
-    /// In-process counters: exact for one instance; kept across restarts
-    /// only with a snapshot file (`MEMORY_STORE_SNAPSHOT_PATH`).
-    Memory(MemoryStore),
-    /// Redis, shared by every instance.
-    Redis {
-        /// Where every counter lives, or all but one-second windows when
-        /// `per_second` is set.
-        main: RedisStore,
-        /// `REDIS_PERSECOND`: a separate Redis for one-second windows.
-        per_second: Option<RedisStore>,
-    },
-}
-
-impl StoreKind {
-    /// The embedded store, if that is what this is.
-    pub fn as_memory(&self) -> Option<&MemoryStore> {
-        match self {
-            Self::Memory(store) => Some(store),
-            Self::Redis { .. } => None,
-        }
-    }
-
-    /// What the embedded store holds (for `/metrics`); `None` for Redis.
-    pub fn memory_stats(&self) -> Option<crate::metrics::store::MemoryStats> {
-        self.as_memory().map(MemoryStore::stats)
-    }
-
-    /// Redis script calls sent and the requests they carried (both stores
-    /// of `REDIS_PERSECOND` together); `None` for the embedded store.
-    pub fn call_stats(&self) -> Option<crate::metrics::store::CallStats> {
-        match self {
-            Self::Memory(_) => None,
-            Self::Redis { main, per_second } => {
-                let mut stats = main.call_stats();
-                if let Some(second) = per_second {
-                    let more = second.call_stats();
-                    stats.calls = stats.calls.saturating_add(more.calls);
-                    stats.requests = stats.requests.saturating_add(more.requests);
-                }
-                Some(stats)
-            }
-        }
-    }
-
-    /// Whether the store can take requests now (Redis: connected).
-    pub fn is_ready(&self) -> bool {
-        match self {
-            Self::Memory(_) => true,
-            Self::Redis { main, per_second } => {
-                main.is_ready() && per_second.as_ref().is_none_or(RedisStore::is_ready)
-            }
-        }
-    }
-
-    /// Whether the store answers now (`REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`):
-    /// Redis answers a PING within its call timeout, on every Redis; the
-    /// embedded store always does.
-    pub async fn answers(&self) -> bool {
-        match self {
-            Self::Memory(_) => true,
-            Self::Redis { main, per_second } => {
-                main.ping().await
-                    && match per_second {
-                        Some(store) => store.ping().await,
-                        None => true,
-                    }
-            }
-        }
-    }
-
-    /// The store's own background work until `shutdown`: the embedded
-    /// store reclaims ended windows every few seconds (by `clock`); Redis
-    /// stores keep their connections up and follow Sentinel.
-    pub async fn maintain(
-        &self,
-        clock: std::sync::Arc<dyn crate::clock::Clock>,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) {
-        match self {
-            Self::Memory(store) => {
-                tokio::join!(
-                    store.sweep_until(std::sync::Arc::clone(&clock), shutdown.clone()),
-                    store.snapshot_until(clock, shutdown)
-                );
-            }
-            Self::Redis {
-                main,
-                per_second: None,
-            } => main.maintain(shutdown).await,
-            Self::Redis {
-                main,
-                per_second: Some(second),
-            } => {
-                tokio::join!(main.maintain(shutdown.clone()), second.maintain(shutdown));
-            }
-        }
-    }
-}
-
-impl Store for StoreKind {
-    async fn execute_within(
-        &self,
-        batch: Batch,
-        now: UnixMillis,
-        deadline: Option<Duration>,
-    ) -> Result<Vec<Outcome>, StoreError> {
-        match self {
-            // Answers at once: no deadline to keep.
-            Self::Memory(store) => store.execute(batch, now).await,
-            Self::Redis {
-                main,
-                per_second: None,
-            } => main.execute_within(batch, now, deadline).await,
-            // Boxed: two stores' calls at once make a future twice the size
-            // of one, and every request's future would carry that size
-            // (allocated and copied per request) for a rare setup.
-            Self::Redis {
-                main,
-                per_second: Some(second),
-            } => {
-                let split = split_per_second(main, second, batch, now, false);
-                Box::pin(within(deadline, split)).await
-            }
-        }
-    }
-
-    async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
-        match self {
-            Self::Memory(store) => Ok(store.peek(batch, now)),
-            Self::Redis {
-                main,
-                per_second: None,
-            } => main.peek(batch, now).await,
-            Self::Redis {
-                main,
-                per_second: Some(second),
-            } => split_per_second(main, second, batch.clone(), now, true).await,
-        }
-    }
-}
-
-/// `call`, bounded by `deadline` (from now) when there is one.
-async fn within<T>(
-    deadline: Option<Duration>,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match deadline {
-        Some(deadline) => tokio::time::timeout(deadline, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout)),
-        None => call.await,
-    }
-}
-
-/// Sends one-second windows to `second` and the rest to `main`, both at
-/// once, and puts the outcomes back in request order. With
-/// `stop_when_over`, each Redis refuses its own part as a whole. With
-/// `peek`, both are only read ([`Store::peek`]).
-async fn split_per_second(
-    main: &RedisStore,
-    second: &RedisStore,
-    batch: Batch,
-    now: UnixMillis,
-    peek: bool,
-) -> Result<Vec<Outcome>, StoreError> {
-    let is_second =
-        |op: &Op| matches!(op.spec, Spec::FixedWindow { window, .. } if window.window_secs() == 1);
-    let order: Vec<bool> = batch.ops.iter().map(is_second).collect();
-    let (fast, slow): (Vec<Op>, Vec<Op>) = batch.ops.into_iter().partition(is_second);
-    let stop_when_over = batch.stop_when_over;
-    let run = |store: &RedisStore, ops: Vec<Op>| {
-        let store = store.clone();
-        async move {
-            let batch = Batch {
-                ops,
-                stop_when_over,
-            };
-            if batch.is_empty() {
-                Ok(Vec::new())
-            } else if peek {
-                store.peek(&batch, now).await
-            } else {
-                store.execute(batch, now).await
-            }
-        }
-    };
-    let (fast, slow) = tokio::try_join!(run(second, fast), run(main, slow))?;
-    let (mut fast, mut slow) = (fast.into_iter(), slow.into_iter());
-    Ok(order
-        .into_iter()
-        .filter_map(|is_second| if is_second { fast.next() } else { slow.next() })
-        .collect())
 }

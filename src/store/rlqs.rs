@@ -13,7 +13,7 @@
 //!
 //! Knows bucket identities and members, not rules or Envoy's protocol.
 
-use super::{CounterId, StoreError, StoreKind};
+use super::{CounterId, StoreError};
 use crate::clock::UnixMillis;
 use std::future::Future;
 use std::time::Duration;
@@ -117,34 +117,6 @@ pub(crate) fn live(
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
     members
-}
-
-impl DemandRegistry for StoreKind {
-    async fn report_demand(
-        &self,
-        member: &str,
-        reports: &[DemandReport],
-        now: UnixMillis,
-        stale: Duration,
-    ) -> Result<Vec<Grant>, StoreError> {
-        match self {
-            Self::Memory(store) => store.report_demand(member, reports, now, stale).await,
-            // The registry lives with the main counters.
-            Self::Redis { main, .. } => main.report_demand(member, reports, now, stale).await,
-        }
-    }
-
-    async fn members(
-        &self,
-        id: &CounterId,
-        now: UnixMillis,
-        stale: Duration,
-    ) -> Result<Vec<Member>, StoreError> {
-        match self {
-            Self::Memory(store) => store.members(id, now, stale).await,
-            Self::Redis { main, .. } => main.members(id, now, stale).await,
-        }
-    }
 }
 
 /// Reads one registry value `"<demand_milli>:<units>:<last_seen_ms>"`.

@@ -251,6 +251,22 @@ pub(crate) async fn stop_increment_with_local_cache(backend: Backend) {
 /// sharing the store (two floodgate processes on one Redis) admit exactly
 /// the limit of 50, with and without stop-increment.
 pub(crate) async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
+    admit_exactly_the_limit(
+        &backend,
+        &[
+            "fifty",
+            "fifty_sliding_window",
+            "fifty_sliding_log",
+            "fifty_gcra",
+        ],
+    )
+    .await;
+}
+
+/// 200 concurrent calls on each of `keys` (limits of 50 an hour), value
+/// `count` without stop-increment and `stop` with it, through two limiter
+/// instances on `backend`: exactly 50 admitted each time.
+pub(crate) async fn admit_exactly_the_limit(backend: &Backend, keys: &[&'static str]) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     for stop_when_over in [false, true] {
         let options = LimiterOptions {
@@ -258,15 +274,10 @@ pub(crate) async fn concurrent_calls_admit_exactly_the_limit(backend: Backend) {
             ..LimiterOptions::default()
         };
         let instances = [
-            limiter(&backend, &clock, options.clone()),
-            limiter(&backend, &clock, options),
+            limiter(backend, &clock, options.clone()),
+            limiter(backend, &clock, options),
         ];
-        for key in [
-            "fifty",
-            "fifty_sliding_window",
-            "fifty_sliding_log",
-            "fifty_gcra",
-        ] {
+        for &key in keys {
             let value = if stop_when_over { "stop" } else { "count" };
             let mut calls = tokio::task::JoinSet::new();
             for i in 0..200 {

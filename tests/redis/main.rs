@@ -1,7 +1,7 @@
-//! Tests that need `redis-server` and `redis-cli` on PATH (standalone,
-//! Sentinel and Cluster, started by the tests on free loopback ports): the
-//! stores against the model and each other, faults, hostile input, the
-//! operator views and RLQS on Redis. Tests that need only *a* Cluster share
+//! Tests that need a store server on PATH, started by the tests on free
+//! loopback ports: `redis-server` and `redis-cli` (standalone, Sentinel and
+//! Cluster) and `memcached`: the stores against the model and each other,
+//! faults, hostile input, the operator views and RLQS on Redis. Tests that need only *a* Cluster share
 //! one per run (`support::redis::shared_cluster`).
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -13,6 +13,7 @@ mod conformance;
 mod faults;
 mod hostile;
 mod insight;
+mod memcached;
 mod model;
 mod redis;
 mod rlqs;

@@ -2,7 +2,8 @@
 //! sets and random request sequences under manual clocks (two instances,
 //! skewed, stepping forward and back by up to `AHEAD_SECS` behind the
 //! latest reading, the skew floodgate absorbs), the embedded store, a standalone
-//! Redis and a 3-master Redis Cluster answer exactly what the model answers:
+//! Redis and a 3-master Redis Cluster answer exactly what the model answers
+//! (and memcached, on rules of fixed windows, all it counts):
 //! per descriptor the code, the remaining count, the reset and the limit,
 //! and the overall code.
 //!
@@ -16,7 +17,7 @@ use arc_swap::ArcSwap;
 use floodgate::{Code, Limiter, LimiterOptions};
 use floodgate::{Descriptor, RateLimitOverride, Request, Unit};
 use floodgate::{ManualClock, UnixMillis};
-use floodgate::{RedisConfig, RedisStore, StoreKind};
+use floodgate::{MemcacheConfig, MemcacheStore, RedisConfig, RedisStore, StoreKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::collections::{HashMap, HashSet};
@@ -247,8 +248,14 @@ struct Out {
 
 #[derive(Debug, Default)]
 struct Model {
-    /// (id, window s, window start s) -> count.
+    /// (id, window s, window start s) -> count; under `reference_keys` the
+    /// window is 0 for the reference's unit lengths.
     fixed: HashMap<(String, u64, u64), u64>,
+    /// Fixed-window counters keyed as the reference keys them in memcached:
+    /// by descriptor and window start, without the window's length when it
+    /// is one of the reference's units (a second and a minute of one
+    /// descriptor share a counter at a minute's start).
+    reference_keys: bool,
     /// (id, bucket s, bucket start s) -> count.
     buckets: HashMap<(String, u64, u64), u64>,
     /// id -> admitted hit times, µs.
@@ -263,13 +270,24 @@ fn ceil_ms(us: u64) -> u64 {
     us.div_ceil(1_000)
 }
 
+/// The counter a fixed window of `w` seconds starting at `start` counts on.
+fn fixed_key(m: &Model, id: &str, w: u64, start: u64) -> (String, u64, u64) {
+    const REFERENCE_UNITS: [u64; 7] = [1, 60, 3_600, 86_400, 604_800, 2_592_000, 31_536_000];
+    let w = if m.reference_keys && REFERENCE_UNITS.contains(&w) {
+        0
+    } else {
+        w
+    };
+    (id.to_owned(), w, start)
+}
+
 /// Fixed window; `refuse`: stop-increment (hits that would go over are not
 /// counted).
 fn fixed(m: &mut Model, id: &str, limit: u64, w: u64, hits: u64, now: u64, refuse: bool) -> Out {
     let s = now / 1_000;
     let start = s - s % w;
     let reset_ms = (start + w - s) * 1_000;
-    let count = m.fixed.entry((id.to_owned(), w, start)).or_default();
+    let count = m.fixed.entry(fixed_key(m, id, w, start)).or_default();
     let before = *count;
     if refuse && hits > 0 && before + hits > limit {
         return Out {
@@ -792,7 +810,7 @@ fn take_back(m: &mut Model, op: &ModelOp, now: u64) {
     match op.alg {
         Alg::Fixed => {
             let w = op.limits[0].1;
-            if let Some(c) = m.fixed.get_mut(&(op.id.clone(), w, s - s % w)) {
+            if let Some(c) = m.fixed.get_mut(&fixed_key(m, &op.id, w, s - s % w)) {
                 *c -= op.hits;
             }
         }
@@ -833,10 +851,19 @@ const T0_MS: u64 = 1_700_000_080_000;
 
 static CASE: AtomicU64 = AtomicU64::new(0);
 
-/// A store for one case: a fresh embedded store, or the shared Redis with
-/// a key prefix of its own.
+/// A store for one case: a fresh embedded store, or the shared Redis (or
+/// memcached) with a key prefix of its own.
 fn fresh_store(backend: &Backend, rt: &tokio::runtime::Runtime) -> StoreKind {
     match &backend.store {
+        StoreKind::Memcache(store) => {
+            let config = MemcacheConfig {
+                key_prefix: format!("case{}:", CASE.fetch_add(1, Ordering::Relaxed)),
+                expiration_jitter_max_secs: 0,
+                timeout: std::time::Duration::from_secs(2),
+                ..MemcacheConfig::servers(store.servers())
+            };
+            StoreKind::Memcache(rt.block_on(MemcacheStore::connect(config)).unwrap())
+        }
         StoreKind::Memory(_) => StoreKind::Memory(floodgate::MemoryStore::new()),
         StoreKind::Redis { main, .. } => {
             let config = RedisConfig {
@@ -882,7 +909,10 @@ fn check(
             )
         })
         .collect();
-    let mut model = Model::default();
+    let mut model = Model {
+        reference_keys: matches!(store, StoreKind::Memcache(_)),
+        ..Model::default()
+    };
     let mut t = T0_MS;
     // The latest clock reading so far: no reading may fall more than
     // `AHEAD_SECS` behind it, the skew floodgate promises to absorb (the
@@ -961,7 +991,13 @@ fn cases() -> u32 {
         .unwrap_or(24)
 }
 
+/// Runs the model property against `backend`; `fixed_only`: every rule a
+/// fixed window (a store that counts nothing else: memcached).
 fn run(backend: impl std::future::Future<Output = Backend>) {
+    run_with(backend, false);
+}
+
+fn run_with(backend: impl std::future::Future<Output = Backend>, fixed_only: bool) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -973,7 +1009,18 @@ fn run(backend: impl std::future::Future<Output = Backend>) {
         failure_persistence: None,
         ..Config::default()
     });
-    let result = runner.run(&scenario_gen(), |sc| {
+    let scenarios = scenario_gen().prop_map(move |mut sc| {
+        if fixed_only {
+            // One limit per descriptor, as the reference (and memcached).
+            for rule in &mut sc.rules {
+                rule.alg = Alg::Fixed;
+                rule.burst = None;
+                rule.limits.truncate(1);
+            }
+        }
+        sc
+    });
+    let result = runner.run(&scenarios, |sc| {
         check(&sc, &fresh_store(&backend, &rt), &rt)
     });
     if let Err(err) = result {
@@ -994,4 +1041,9 @@ fn redis_standalone_answers_as_the_model() {
 #[test]
 fn redis_cluster_answers_as_the_model() {
     run(cluster());
+}
+
+#[test]
+fn memcached_answers_as_the_model_on_fixed_windows() {
+    run_with(crate::memcached::backend(), true);
 }

@@ -13,6 +13,16 @@ pub struct Backend {
     _servers: Box<dyn Any + Send>,
 }
 
+impl Backend {
+    /// `store`, with `servers` kept alive as long as it is.
+    pub fn new(store: StoreKind, servers: impl Any + Send) -> Self {
+        Self {
+            store,
+            _servers: Box::new(servers),
+        }
+    }
+}
+
 pub async fn memory() -> Backend {
     Backend {
         store: StoreKind::Memory(MemoryStore::new()),

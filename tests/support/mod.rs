@@ -7,6 +7,7 @@ pub mod envoy;
 pub mod floodgate;
 pub mod grpc;
 pub mod http;
+pub mod memcached;
 pub mod otlp;
 pub mod proxy;
 pub mod redis;
@@ -27,6 +28,34 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Sends `sig` (`-STOP`, `-TERM`, …) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// Freezes process `pid` (SIGSTOP): its connections stay open, nothing is
+/// answered. Returns once the kernel shows it stopped: the signal lands a
+/// moment after `kill` returns, and a request sent in between may still be
+/// served.
+pub fn freeze(pid: u32) {
+    signal(pid, "-STOP");
+    let stat = format!("/proc/{pid}/stat");
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(&stat).unwrap_or_default();
+        // `pid (comm) state …`: the state follows the last `)`.
+        let state = text.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        if state.is_some_and(|rest| rest.starts_with('T')) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("process {pid} did not stop");
 }
 
 /// Installs a test-writer tracing subscriber once per test binary.

@@ -2,7 +2,7 @@
 //! per test, or a 3-master cluster built with `redis-cli --cluster create`.
 //! Every process is killed and reaped on drop.
 
-use super::{free_port, poll_until};
+use super::{free_port, freeze, poll_until, signal};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -218,10 +218,10 @@ impl RedisServer {
         self.dir.path()
     }
 
-    /// Freezes the process (SIGSTOP): connections stay open, nothing is
-    /// answered. [`RedisServer::stop`] still kills it.
+    /// Freezes the process ([`freeze`]). [`RedisServer::stop`] still
+    /// kills it.
     pub fn pause(&self) {
-        signal(self.child.id(), "-STOP");
+        freeze(self.child.id());
     }
 
     /// Lets a paused process run again (SIGCONT).
@@ -240,14 +240,6 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {sig} {pid}");
 }
 
 /// Arguments of a standalone server on `port` (0: no plaintext port) with

@@ -53,6 +53,9 @@ pub struct LoadOptions {
     pub merge_domains: bool,
     /// `RUNTIME_IGNOREDOTFILES`: skip files whose name starts with `.`.
     pub ignore_dotfiles: bool,
+    /// The store counts fixed windows only (memcached): a rule with
+    /// another algorithm is an error naming it.
+    pub fixed_windows_only: bool,
 }
 
 /// A named rule file's contents.
@@ -182,6 +185,8 @@ struct FileCheck<'a> {
     file: &'a str,
     domain: &'a str,
     issues: &'a mut Vec<ConfigIssue>,
+    /// [`LoadOptions::fixed_windows_only`].
+    fixed_windows_only: bool,
 }
 
 impl FileCheck<'_> {
@@ -225,6 +230,7 @@ impl<'o> Loader<'o> {
                     file,
                     domain: "",
                     issues: &mut self.issues,
+                    fixed_windows_only: self.options.fixed_windows_only,
                 };
                 check_keys(&mut check, tree, MapKind::Root, &Place::root(), "", true);
                 if self.issues.len() == before {
@@ -247,6 +253,7 @@ impl<'o> Loader<'o> {
             file,
             domain,
             issues: &mut self.issues,
+            fixed_windows_only: self.options.fixed_windows_only,
         };
         if let Some(tree) = tree {
             check_keys(&mut check, tree, MapKind::Root, &Place::root(), "", false);

@@ -67,6 +67,16 @@ pub(super) fn check_rate_limits(
         );
         ok = false;
     }
+    if ok && check.fixed_windows_only && enforced.len() > 1 {
+        // memcached keys, written as the reference writes them, hold the
+        // window's start but not its length: a second and a minute of one
+        // descriptor would share a counter at every minute's start.
+        check.issue(
+            &here,
+            "several enforced limits on one descriptor need Redis or the embedded store: the memcache store keeps one limit per descriptor, as the reference",
+        );
+        ok = false;
+    }
     if ok {
         // Two limits of one window length would share one counter (its key
         // is the window) and count every hit twice.
@@ -167,6 +177,15 @@ pub(super) fn check_rate_limit(
         }
     }
     if let Some(algorithm) = algorithm {
+        if check.fixed_windows_only && algorithm != Algorithm::FixedWindow && !unlimited {
+            check.issue(
+                &here,
+                format!(
+                    "algorithm {} needs Redis or the embedded store: the memcache store counts fixed_window only",
+                    algorithm.as_str()
+                ),
+            );
+        }
         if rate_limit.burst.is_some() && algorithm != Algorithm::Gcra {
             check.issue(&here, "burst is only valid with algorithm gcra");
         }

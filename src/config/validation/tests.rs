@@ -447,3 +447,53 @@ descriptors:
         "t.yaml: descriptors[0] (key=k): shadow_mode cannot be set on an unlimited limit"
     );
 }
+
+#[test]
+fn a_fixed_windows_only_store_refuses_what_it_cannot_count() {
+    let memcache = LoadOptions {
+        fixed_windows_only: true,
+        ..LoadOptions::default()
+    };
+    let check = |yaml: &str| rendered(load_sources(&[source("m.yaml", yaml)], &memcache));
+    let accepted = r"
+domain: d
+descriptors:
+  - key: fixed
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: multiplied
+    rate_limit: {unit: second, unit_multiplier: 90, requests_per_unit: 3}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: trial
+    rate_limits:
+      - {unit: minute, requests_per_unit: 3}
+      - {unit: hour, requests_per_unit: 30, shadow_mode: true}
+";
+    assert_eq!(check(accepted), "<loaded>");
+    let refused = r"
+domain: d
+descriptors:
+  - key: sliding
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window}
+  - key: gcra
+    rate_limit: {unit: second, requests_per_unit: 3, algorithm: gcra}
+  - key: two
+    rate_limits:
+      - {unit: second, requests_per_unit: 3}
+      - {unit: minute, requests_per_unit: 30}
+";
+    assert_eq!(
+        check(refused),
+        "m.yaml: descriptors[0] (key=sliding): algorithm sliding_window needs Redis or the embedded store: the memcache store counts fixed_window only\n\
+         m.yaml: descriptors[1] (key=gcra): algorithm gcra needs Redis or the embedded store: the memcache store counts fixed_window only\n\
+         m.yaml: descriptors[2] (key=two): several enforced limits on one descriptor need Redis or the embedded store: the memcache store keeps one limit per descriptor, as the reference"
+    );
+    // Any other store takes them.
+    assert_eq!(
+        rendered(load_sources(
+            &[source("m.yaml", refused)],
+            &LoadOptions::default()
+        )),
+        "<loaded>"
+    );
+}

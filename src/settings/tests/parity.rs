@@ -202,3 +202,114 @@ fn health_follows_redis_only_when_asked() {
     let off = resolve(&[], &[(vars::backend_type.name, "redis")]).unwrap();
     assert!(!off.serve.health_follows_store);
 }
+
+/// `backend_type` = `memcache` and its settings: the servers from a list
+/// (trimmed, in order) or an SRV record, never both, never neither; the
+/// reference's defaults; TLS files; a prefix memcached keys cannot carry
+/// is refused.
+#[test]
+fn memcache_settings() {
+    use crate::store::{MemcacheServers, MemcacheTls};
+    let memcache = |extra: &[(&str, &str)]| {
+        let mut vars = vec![(vars::backend_type.name, "memcache")];
+        vars.extend_from_slice(extra);
+        resolve(&[], &vars)
+    };
+    let s = memcache(&[(vars::memcache_host_port.name, " a:11211, b:11212 ,")]).unwrap();
+    assert_eq!(s.store, BackendType::Memcache);
+    assert!(s.redis.is_none());
+    let m = s.memcache.unwrap();
+    assert_eq!(
+        m.servers,
+        MemcacheServers::List(vec!["a:11211".to_owned(), "b:11212".to_owned()])
+    );
+    assert_eq!(m.max_idle_conns, 2);
+    assert_eq!(m.timeout, Duration::from_millis(500));
+    assert_eq!(m.expiration_jitter_max_secs, 300);
+    assert_eq!(m.tls, None);
+
+    let s = memcache(&[
+        (vars::memcache_srv.name, "_memcache._tcp.example.com"),
+        (vars::memcache_srv_refresh.name, "30s"),
+        (vars::memcache_srv_dns.name, "127.0.0.1:8600"),
+        (vars::memcache_max_idle_conns.name, "8"),
+        (vars::memcache_timeout.name, "250ms"),
+        (vars::memcache_tls.name, "true"),
+        (vars::memcache_tls_cacert.name, "/ca.pem"),
+        (vars::memcache_tls_client_cert.name, "/c.pem"),
+        (vars::memcache_tls_client_key.name, "/c.key"),
+        (vars::memcache_tls_skip_hostname_verification.name, "true"),
+        (vars::cache_key_prefix.name, "fleet:"),
+    ])
+    .unwrap();
+    let m = s.memcache.unwrap();
+    assert_eq!(
+        m.servers,
+        MemcacheServers::Srv {
+            name: "_memcache._tcp.example.com".to_owned(),
+            refresh: Some(Duration::from_secs(30)),
+            dns: Some("127.0.0.1:8600".parse().unwrap()),
+        }
+    );
+    assert_eq!(
+        (m.max_idle_conns, m.timeout),
+        (8, Duration::from_millis(250))
+    );
+    assert_eq!(m.key_prefix, "fleet:");
+    assert_eq!(
+        m.tls,
+        Some(MemcacheTls {
+            ca_cert: Some("/ca.pem".into()),
+            client_cert: Some("/c.pem".into()),
+            client_key: Some("/c.key".into()),
+            skip_hostname_verification: true,
+        })
+    );
+    // A refresh of 0 (the default) asks once.
+    let s = memcache(&[(vars::memcache_srv.name, "_m._tcp.x")]).unwrap();
+    assert!(matches!(
+        s.memcache.unwrap().servers,
+        MemcacheServers::Srv {
+            refresh: None,
+            dns: None,
+            ..
+        }
+    ));
+
+    let both = memcache(&[
+        (vars::memcache_host_port.name, "a:1"),
+        (vars::memcache_srv.name, "_m._tcp.x"),
+    ])
+    .unwrap_err();
+    assert!(
+        both.to_string().contains(vars::memcache_host_port.name)
+            && both.to_string().contains(vars::memcache_srv.name),
+        "{both}"
+    );
+    let neither = memcache(&[]).unwrap_err();
+    assert!(
+        neither.to_string().contains(vars::memcache_host_port.name),
+        "{neither}"
+    );
+    let spaced = memcache(&[
+        (vars::memcache_host_port.name, "a:1"),
+        (vars::cache_key_prefix.name, "a b"),
+    ])
+    .unwrap_err();
+    assert!(
+        spaced.to_string().contains(vars::cache_key_prefix.name),
+        "{spaced}"
+    );
+    let dns = memcache(&[
+        (vars::memcache_srv.name, "_m._tcp.x"),
+        (vars::memcache_srv_dns.name, "consul"),
+    ])
+    .unwrap_err();
+    assert!(
+        dns.to_string().contains(vars::memcache_srv_dns.name),
+        "{dns}"
+    );
+    // Without the store selected, memcached settings are not read.
+    let s = resolve(&[], &[(vars::memcache_host_port.name, "a:1")]).unwrap();
+    assert!(s.memcache.is_none());
+}

@@ -7,7 +7,7 @@ pub(crate) const backend_type: Var = Var {
     name: "BACKEND_TYPE",
     flag: "store",
     default: "`memory` (`redis` when {redis_url} is set)",
-    doc: "Counter store",
+    doc: "Counter store: `memory`, `redis` or `memcache`",
 };
 
 /// `memory_store_max_bytes`.
@@ -215,7 +215,7 @@ pub(crate) const cache_key_prefix: Var = Var {
     name: "CACHE_KEY_PREFIX",
     flag: "cache-key-prefix",
     default: "(none)",
-    doc: "Prefix of every Redis key",
+    doc: "Prefix of every Redis or memcached key",
 };
 
 /// `expiration_jitter_max_seconds`.

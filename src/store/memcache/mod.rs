@@ -1,0 +1,528 @@
+//! The memcached store (`BACKEND_TYPE=memcache`), as the reference has it:
+//! fixed windows only, on the reference's keys and expiry times, so both
+//! services can count on one memcached during a migration.
+//!
+//! Each hit is counted with `incr`, whose answer is the count after it:
+//! the decision is taken on that count, so concurrent requests never both
+//! take the last hit (the reference reads first and counts afterwards, in
+//! the background, and admits more than the limit under concurrency). A
+//! key that does not exist yet is created with `add` (and counted with
+//! `incr` again when another instance created it first). What memcached
+//! cannot do in one step: `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` takes
+//! hits back with `decr` after they were counted, so for that moment other
+//! requests see them.
+
+mod keys;
+mod pool;
+mod srv;
+mod tls;
+
+use super::{Batch, Op, Store, StoreError, taken_back};
+use crate::algorithm::fixed_window::Tally;
+use crate::algorithm::{Outcome, Spec};
+use crate::clock::UnixMillis;
+use arc_swap::ArcSwap;
+use futures_util::future::join_all;
+use pool::{Conn, Server};
+use std::io::{self, ErrorKind};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// memcached reads an expiry over 30 days as a point in time, not a
+/// duration.
+const MAX_RELATIVE_EXPIRY_SECS: u64 = 60 * 60 * 24 * 30;
+
+/// Where the memcached servers are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemcacheServers {
+    /// `MEMCACHE_HOST_PORT`: `host:port` (or socket paths), in this order.
+    List(Vec<String>),
+    /// `MEMCACHE_SRV`: the servers a DNS SRV record names.
+    Srv {
+        /// `_service._proto.name`.
+        name: String,
+        /// `MEMCACHE_SRV_REFRESH`: asked again this often; `None`: once.
+        refresh: Option<Duration>,
+        /// `MEMCACHE_SRV_DNS`: the DNS server to ask; `None`: the system's.
+        dns: Option<SocketAddr>,
+    },
+}
+
+/// TLS to memcached (`MEMCACHE_TLS` and its files).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemcacheTls {
+    /// PEM CA bundle to trust instead of the system's roots.
+    pub ca_cert: Option<PathBuf>,
+    /// PEM client certificate.
+    pub client_cert: Option<PathBuf>,
+    /// PEM key of the client certificate.
+    pub client_key: Option<PathBuf>,
+    /// Accept a certificate issued for another name (the chain is still
+    /// verified).
+    pub skip_hostname_verification: bool,
+}
+
+/// Everything needed to reach memcached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemcacheConfig {
+    /// The servers.
+    pub servers: MemcacheServers,
+    /// `MEMCACHE_MAX_IDLE_CONNS`: idle connections kept per server.
+    pub max_idle_conns: usize,
+    /// `MEMCACHE_TIMEOUT`: deadline of one request's calls.
+    pub timeout: Duration,
+    /// `CACHE_KEY_PREFIX`, prepended to every key.
+    pub key_prefix: String,
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: random extra expiry in `[0, N)`.
+    pub expiration_jitter_max_secs: u64,
+    /// `MEMCACHE_TLS`: `None` is plaintext.
+    pub tls: Option<MemcacheTls>,
+}
+
+impl MemcacheConfig {
+    /// Plain connections to `servers`, with the reference's defaults.
+    pub fn servers(servers: Vec<String>) -> Self {
+        Self {
+            servers: MemcacheServers::List(servers),
+            max_idle_conns: 2,
+            timeout: Duration::from_millis(500),
+            key_prefix: String::new(),
+            expiration_jitter_max_secs: 0,
+            tls: None,
+        }
+    }
+}
+
+/// Counters in memcached. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct MemcacheStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: MemcacheConfig,
+    servers: ArcSwap<Vec<Arc<Server>>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    srv: Option<srv::SrvLookup>,
+}
+
+impl MemcacheStore {
+    /// A store on the servers `config` names: an SRV record is asked once
+    /// now (the reference does not start without its answer); nothing is
+    /// dialled until the first call.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Srv`] when the SRV record gives no server,
+    /// [`StoreError::TlsFile`] or [`StoreError::Config`] when the TLS
+    /// settings cannot be used.
+    pub async fn connect(config: MemcacheConfig) -> Result<Self, StoreError> {
+        let tls = config.tls.as_ref().map(tls::client_config).transpose()?;
+        let (addrs, srv) = match &config.servers {
+            MemcacheServers::List(addrs) => (addrs.clone(), None),
+            MemcacheServers::Srv { name, dns, .. } => {
+                let lookup = srv::SrvLookup::new(name, *dns)?;
+                (lookup.servers().await?, Some(lookup))
+            }
+        };
+        if addrs.is_empty() {
+            return Err(StoreError::Config {
+                reason: "no memcached server: set MEMCACHE_HOST_PORT or MEMCACHE_SRV",
+            });
+        }
+        let servers = addrs
+            .into_iter()
+            .map(|addr| Arc::new(Server::new(addr)))
+            .collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                servers: ArcSwap::from_pointee(servers),
+                tls,
+                srv,
+            }),
+        })
+    }
+
+    /// The servers in use, in the order keys are spread over them.
+    pub fn servers(&self) -> Vec<String> {
+        self.inner
+            .servers
+            .load()
+            .iter()
+            .map(|s| s.addr.clone())
+            .collect()
+    }
+
+    /// `MEMCACHE_SRV_REFRESH`: asks the SRV record again every period until
+    /// `shutdown`; a failed answer keeps the servers in use.
+    pub async fn maintain(&self, shutdown: CancellationToken) {
+        let (
+            Some(lookup),
+            MemcacheServers::Srv {
+                refresh: Some(period),
+                ..
+            },
+        ) = (&self.inner.srv, &self.inner.config.servers)
+        else {
+            return;
+        };
+        let mut ticks = tokio::time::interval(*period);
+        ticks.tick().await;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = ticks.tick() => {}
+            }
+            match lookup.servers().await {
+                Ok(addrs) => self.set_servers(addrs),
+                Err(err) => tracing::warn!(
+                    error = &err as &dyn std::error::Error,
+                    "cannot refresh the memcached servers"
+                ),
+            }
+        }
+    }
+
+    /// Uses `addrs` from now on, keeping the idle connections of servers
+    /// that stay.
+    fn set_servers(&self, addrs: Vec<String>) {
+        let current = self.inner.servers.load();
+        if current.iter().map(|s| &s.addr).eq(addrs.iter()) {
+            return;
+        }
+        let servers: Vec<Arc<Server>> = addrs
+            .into_iter()
+            .map(|addr| {
+                current
+                    .iter()
+                    .find(|s| s.addr == addr)
+                    .map_or_else(|| Arc::new(Server::new(addr)), Arc::clone)
+            })
+            .collect();
+        tracing::info!(servers = ?servers.iter().map(|s| &s.addr).collect::<Vec<_>>(), "memcached servers changed");
+        self.inner.servers.store(Arc::new(servers));
+    }
+
+    /// Whether every server answers `version` within the timeout.
+    pub async fn ping(&self) -> bool {
+        let servers = self.inner.servers.load_full();
+        let pings = servers.iter().map(|server| async move {
+            let mut conn = server.take(self.inner.tls.as_ref()).await?;
+            conn.version().await?;
+            server.give_back(conn, self.inner.config.max_idle_conns);
+            Ok::<(), io::Error>(())
+        });
+        matches!(
+            tokio::time::timeout(self.inner.config.timeout, join_all(pings)).await,
+            Ok(results) if results.iter().all(Result::is_ok)
+        )
+    }
+
+    /// The expiry memcached is given for a window of `window_secs`: as the
+    /// reference, the whole window plus jitter; past 30 days memcached
+    /// reads a point in time, so that is what it is given (the reference
+    /// sends a year as a duration, which memcached reads as 1971: yearly
+    /// counters expire at once there). The point is on the wall clock,
+    /// memcached's own, whatever clock decides the windows.
+    fn expiry(&self, window_secs: u64) -> u32 {
+        let max = self.inner.config.expiration_jitter_max_secs;
+        let jitter = if max == 0 {
+            0
+        } else {
+            rand::random_range(0..max)
+        };
+        let ttl = window_secs.saturating_add(jitter);
+        let secs = if ttl > MAX_RELATIVE_EXPIRY_SECS {
+            let wall = crate::clock::Clock::now(&crate::clock::SystemClock);
+            wall.as_secs().saturating_add(ttl)
+        } else {
+            ttl
+        };
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    }
+
+    /// Each operation's key and the server holding it.
+    fn plan(
+        &self,
+        ops: &[Op],
+        now: UnixMillis,
+        servers: usize,
+    ) -> Result<Vec<(String, usize)>, StoreError> {
+        ops.iter()
+            .map(|op| match op.spec {
+                Spec::FixedWindow { window, .. } => {
+                    let key = keys::fixed_window(
+                        &self.inner.config.key_prefix,
+                        &op.id,
+                        window.window_secs(),
+                        window.window_start(now),
+                    );
+                    let server = keys::server_of(&key, servers);
+                    Ok((key, server))
+                }
+                _ => Err(StoreError::Config {
+                    reason: "the memcache store counts fixed_window limits only",
+                }),
+            })
+            .collect()
+    }
+
+    /// Runs `work` on each server's operations (one connection per server,
+    /// every server at once), within `deadline`; the answers come back in
+    /// operation order.
+    async fn per_server<'a, T, F, Fut>(
+        &self,
+        servers: &'a [Arc<Server>],
+        planned: &'a [(String, usize)],
+        deadline: Duration,
+        work: F,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        T: Default + Clone,
+        F: Fn(&'a Server, Vec<usize>) -> Fut,
+        Fut: Future<Output = io::Result<Vec<(usize, T)>>>,
+    {
+        let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, (_, server)) in planned.iter().enumerate() {
+            match groups.iter_mut().find(|(s, _)| s == server) {
+                Some((_, ops)) => ops.push(i),
+                None => groups.push((*server, vec![i])),
+            }
+        }
+        let calls = groups
+            .into_iter()
+            .filter_map(|(server, ops)| servers.get(server).map(|server| work(server, ops)));
+        let results = tokio::time::timeout(deadline, join_all(calls))
+            .await
+            .map_err(|_| StoreError::Timeout)?;
+        let mut answers = vec![T::default(); planned.len()];
+        for result in results {
+            for (i, value) in result.map_err(memcache_error)? {
+                if let Some(slot) = answers.get_mut(i) {
+                    *slot = value;
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    async fn run(
+        &self,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Duration,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        let servers = self.inner.servers.load_full();
+        let planned = self.plan(&batch.ops, now, servers.len())?;
+        let refuse = |op: &Op| batch.stop_when_over && !op.id.is_candidate();
+        let max_idle = self.inner.config.max_idle_conns;
+        let tls = self.inner.tls.as_ref();
+        let counts = self
+            .per_server(&servers, &planned, deadline, |server, ops| {
+                let (batch, planned) = (&batch, &planned);
+                async move {
+                    let mut conn = server.take(tls).await?;
+                    let mut out = Vec::with_capacity(ops.len());
+                    for i in ops {
+                        let (Some(op), Some((key, _))) = (batch.ops.get(i), planned.get(i)) else {
+                            continue;
+                        };
+                        let window_secs = match op.spec {
+                            Spec::FixedWindow { window, .. } => window.window_secs(),
+                            _ => 0,
+                        };
+                        let after = count(&mut conn, key, op.hits, self.expiry(window_secs)).await?;
+                        // Refused on its own: the hits come straight back
+                        // out (the count stays as it was for the others).
+                        let refused = matches!(op.spec, Spec::FixedWindow { limit, .. } if after > limit)
+                            && refuse(op)
+                            && op.hits > 0;
+                        if refused {
+                            conn.decrement(key, op.hits).await?;
+                        }
+                        out.push((i, (after, refused)));
+                    }
+                    server.give_back(conn, max_idle);
+                    Ok(out)
+                }
+            })
+            .await?;
+        let mut outcomes: Vec<Outcome> = batch
+            .ops
+            .iter()
+            .zip(&counts)
+            .map(|(op, &(after, refused))| answer(op, after, refused, now))
+            .collect();
+        let refused = batch
+            .ops
+            .iter()
+            .zip(&outcomes)
+            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
+        if batch.stop_when_over && refused {
+            self.take_back(&batch, &planned, &servers, &mut outcomes, now, deadline)
+                .await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: the batch is refused, so
+    /// the hits its other operations counted are taken back.
+    async fn take_back(
+        &self,
+        batch: &Batch,
+        planned: &[(String, usize)],
+        servers: &[Arc<Server>],
+        outcomes: &mut [Outcome],
+        now: UnixMillis,
+        deadline: Duration,
+    ) -> Result<(), StoreError> {
+        let undo: Vec<bool> = batch
+            .ops
+            .iter()
+            .zip(outcomes.iter())
+            .map(|(op, o)| o.counted && op.hits > 0 && !op.id.is_candidate())
+            .collect();
+        let max_idle = self.inner.config.max_idle_conns;
+        let tls = self.inner.tls.as_ref();
+        self.per_server(servers, planned, deadline, |server, ops| {
+            let ops: Vec<usize> = ops
+                .into_iter()
+                .filter(|&i| undo.get(i) == Some(&true))
+                .collect();
+            async move {
+                if ops.is_empty() {
+                    return Ok(Vec::<(usize, ())>::new());
+                }
+                let mut conn = server.take(tls).await?;
+                for &i in &ops {
+                    if let (Some(op), Some((key, _))) = (batch.ops.get(i), planned.get(i)) {
+                        conn.decrement(key, op.hits).await?;
+                    }
+                }
+                server.give_back(conn, max_idle);
+                Ok(Vec::<(usize, ())>::new())
+            }
+        })
+        .await?;
+        for ((op, outcome), undone) in batch.ops.iter().zip(outcomes.iter_mut()).zip(undo) {
+            if undone {
+                *outcome = taken_back(op, *outcome, now);
+            }
+        }
+        Ok(())
+    }
+
+    async fn read(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
+        let servers = self.inner.servers.load_full();
+        let planned = self.plan(&batch.ops, now, servers.len())?;
+        let max_idle = self.inner.config.max_idle_conns;
+        let tls = self.inner.tls.as_ref();
+        let counts = self
+            .per_server(
+                &servers,
+                &planned,
+                self.inner.config.timeout,
+                |server, ops| {
+                    let planned = &planned;
+                    async move {
+                        let mut conn = server.take(tls).await?;
+                        let mut out = Vec::with_capacity(ops.len());
+                        for i in ops {
+                            if let Some((key, _)) = planned.get(i) {
+                                out.push((i, count(&mut conn, key, 0, 0).await?));
+                            }
+                        }
+                        server.give_back(conn, max_idle);
+                        Ok(out)
+                    }
+                },
+            )
+            .await?;
+        Ok(batch
+            .ops
+            .iter()
+            .zip(counts)
+            .map(|(op, before)| match op.spec {
+                Spec::FixedWindow { window, limit } => {
+                    let after = before.saturating_add(op.hits);
+                    if batch.stop_when_over && !op.id.is_candidate() && op.hits > 0 && after > limit
+                    {
+                        window.refused(before, op.hits, limit, now)
+                    } else {
+                        window.outcome(Tally { before, after }, limit, now, true)
+                    }
+                }
+                _ => Outcome::NOTHING,
+            })
+            .collect())
+    }
+}
+
+/// The answer for `op` once memcached counted it to `after`; `refused`:
+/// the hits were taken straight back out.
+fn answer(op: &Op, after: u64, refused: bool, now: UnixMillis) -> Outcome {
+    let Spec::FixedWindow { window, limit } = op.spec else {
+        return Outcome::NOTHING;
+    };
+    let before = after.saturating_sub(op.hits);
+    if refused {
+        window.refused(before, op.hits, limit, now)
+    } else {
+        window.outcome(Tally { before, after }, limit, now, true)
+    }
+}
+
+/// Counts `hits` on `key` and answers the count after them: `incr`; when
+/// the key is missing, `add` it with `expiry`; when another caller added it
+/// first, `incr` again (the reference's sequence). `hits` 0 reads.
+async fn count(conn: &mut Conn, key: &str, hits: u64, expiry: u32) -> io::Result<u64> {
+    match conn.increment(key, hits).await {
+        Err(err) if err.kind() == ErrorKind::NotFound => {
+            if hits == 0 {
+                return Ok(0);
+            }
+            match conn.add(key, hits.to_string().as_bytes(), expiry).await {
+                Ok(()) => Ok(hits),
+                Err(err) if err.kind() == ErrorKind::AlreadyExists => {
+                    conn.increment(key, hits).await
+                }
+                Err(err) => Err(err),
+            }
+        }
+        other => other,
+    }
+}
+
+fn memcache_error(source: io::Error) -> StoreError {
+    let transient = !matches!(
+        source.kind(),
+        ErrorKind::InvalidInput | ErrorKind::InvalidData
+    );
+    StoreError::Memcache { transient, source }
+}
+
+impl Store for MemcacheStore {
+    async fn execute_within(
+        &self,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        let within = deadline.map_or(self.inner.config.timeout, |d| {
+            d.min(self.inner.config.timeout)
+        });
+        self.run(batch, now, within).await
+    }
+
+    async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
+        self.read(batch, now).await
+    }
+}
+
+#[cfg(test)]
+mod tests;
