@@ -34,10 +34,10 @@ pub(super) fn memcache_config<'a>(
             });
         }
         (true, None) => {
-            return Err(SettingsError::Missing {
-                setting: vars::backend_type.name,
-                needs: format!(
-                    "{} or {} (the memcached servers)",
+            return Err(SettingsError::Invalid {
+                setting: format!("{}=memcache", vars::backend_type.name),
+                reason: format!(
+                    "name the memcached servers with {} or {}",
                     vars::memcache_host_port.name,
                     vars::memcache_srv.name
                 ),
