@@ -9,13 +9,16 @@
 //! its end; `reset_secs` is never 0 (on a boundary it is the whole window).
 
 use super::Outcome;
+use super::calendar::Calendar;
 use crate::clock::UnixMillis;
 use std::time::Duration;
 
-/// Epoch-aligned fixed window of `window_secs` seconds.
+/// Epoch-aligned fixed window of `window_secs` seconds, or a calendar's
+/// day, week, month or year ([`FixedWindow::on_calendar`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FixedWindow {
     window_secs: u64,
+    calendar: Option<&'static Calendar>,
 }
 
 /// A fixed-window counter as a store keeps it.
@@ -42,29 +45,58 @@ impl FixedWindow {
     pub const fn new(window_secs: u64) -> Self {
         Self {
             window_secs: if window_secs == 0 { 1 } else { window_secs },
+            calendar: None,
         }
     }
 
-    /// Window length in seconds.
+    /// The windows of `calendar`: each from one local boundary to the next.
+    pub fn on_calendar(calendar: &'static Calendar) -> Self {
+        Self {
+            window_secs: calendar.longest_secs(),
+            calendar: Some(calendar),
+        }
+    }
+
+    /// The calendar the windows follow, if any.
+    pub const fn calendar(self) -> Option<&'static Calendar> {
+        self.calendar
+    }
+
+    /// Window length in seconds; for a calendar, the longest window of its
+    /// unit (a bound for expiry times, and with the start the identity of
+    /// a window in store keys).
     pub const fn window_secs(self) -> u64 {
         self.window_secs
     }
 
-    /// Start (seconds since the epoch) of the window containing `now`.
-    pub const fn window_start(self, now: UnixMillis) -> u64 {
+    /// Start and end (seconds since the epoch) of the window containing
+    /// `now`.
+    pub fn bounds(self, now: UnixMillis) -> (u64, u64) {
         let secs = now.as_secs();
-        secs - secs % self.window_secs
+        match self.calendar {
+            Some(calendar) => calendar.bounds(secs),
+            None => {
+                let start = secs - secs % self.window_secs;
+                (start, start.saturating_add(self.window_secs))
+            }
+        }
     }
 
-    /// Seconds from `now` until the window containing it ends; in
-    /// `1..=window_secs`, computed on whole seconds like the reference.
-    pub const fn reset_secs(self, now: UnixMillis) -> u64 {
-        self.window_secs - now.as_secs() % self.window_secs
+    /// Start (seconds since the epoch) of the window containing `now`.
+    pub fn window_start(self, now: UnixMillis) -> u64 {
+        self.bounds(now).0
+    }
+
+    /// Seconds from `now` until the window containing it ends; at least 1
+    /// and at most the window, computed on whole seconds like the
+    /// reference.
+    pub fn reset_secs(self, now: UnixMillis) -> u64 {
+        self.bounds(now).1.saturating_sub(now.as_secs()).max(1)
     }
 
     /// When the counter of the window containing `now` may be forgotten.
-    pub const fn expires_at(self, now: UnixMillis) -> UnixMillis {
-        UnixMillis::from_secs(self.window_start(now).saturating_add(self.window_secs))
+    pub fn expires_at(self, now: UnixMillis) -> UnixMillis {
+        UnixMillis::from_secs(self.bounds(now).1)
     }
 
     /// Adds `hits` to `counter` at `now`, first resetting it if it belongs to
@@ -88,7 +120,7 @@ impl FixedWindow {
 
 impl FixedWindow {
     /// The count of the window containing `now`, without changing anything.
-    pub const fn current(self, counter: &Counter, now: UnixMillis) -> u64 {
+    pub fn current(self, counter: &Counter, now: UnixMillis) -> u64 {
         if counter.window_start_secs == self.window_start(now) {
             counter.count
         } else {
@@ -97,13 +129,7 @@ impl FixedWindow {
     }
 
     /// What the caller is told after `tally` against `limit` at `now`.
-    pub const fn outcome(
-        self,
-        tally: Tally,
-        limit: u64,
-        now: UnixMillis,
-        counted: bool,
-    ) -> Outcome {
+    pub fn outcome(self, tally: Tally, limit: u64, now: UnixMillis, counted: bool) -> Outcome {
         let over_limit = is_over_limit(tally.after, limit);
         Outcome {
             over_limit,
@@ -119,7 +145,7 @@ impl FixedWindow {
     /// The answer when the hits are refused without counting (the count
     /// stays at `before`; the caller is told it would have reached
     /// `before + hits`).
-    pub const fn refused(self, before: u64, hits: u64, limit: u64, now: UnixMillis) -> Outcome {
+    pub fn refused(self, before: u64, hits: u64, limit: u64, now: UnixMillis) -> Outcome {
         let after = before.saturating_add(hits);
         let over_limit = is_over_limit(after, limit);
         Outcome {

@@ -5,6 +5,7 @@
 //! side computes the answer with these same functions, so both stores answer
 //! identically.
 
+pub mod calendar;
 pub mod fixed_window;
 pub mod gcra;
 pub mod quota_split;

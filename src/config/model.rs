@@ -33,7 +33,8 @@ pub(crate) const DESCRIPTOR_KEYS: &[&str] = &[
 ];
 
 /// Keys allowed in a `rate_limit` map. `unit_multiplier`, `algorithm`,
-/// `burst`, `count_rejected` and `shadow_mode` are floodgate extensions.
+/// `burst`, `count_rejected`, `shadow_mode`, `calendar`, `time_zone` and
+/// `week_start` are floodgate extensions.
 pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "unit",
     "requests_per_unit",
@@ -45,6 +46,9 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "burst",
     "count_rejected",
     "shadow_mode",
+    "calendar",
+    "time_zone",
+    "week_start",
 ];
 
 /// Keys allowed in one `replaces` entry.
@@ -111,6 +115,13 @@ pub(crate) struct RateLimit {
     /// Extension: a candidate limit, counted on its own counters but never
     /// enforced.
     pub(crate) shadow_mode: Option<bool>,
+    /// Extension (fixed_window, unit day/week/month/year): windows follow
+    /// the calendar of `time_zone`.
+    pub(crate) calendar: Option<bool>,
+    /// Extension: the IANA zone of a calendar window (default UTC).
+    pub(crate) time_zone: Option<String>,
+    /// Extension: the first day of a calendar week (default monday).
+    pub(crate) week_start: Option<String>,
 }
 
 /// One `replaces` entry.

@@ -71,6 +71,9 @@ pub struct Limit {
     /// OVER_LIMIT; its would-be denials count in the rule's `shadow_mode`
     /// metric. A rule lists its enforced limits first, then these.
     pub shadow_mode: bool,
+    /// `calendar: true` (extension, fixed windows of a day, week, month or
+    /// year): the calendar the windows follow.
+    pub calendar: Option<&'static crate::algorithm::calendar::Calendar>,
 }
 
 impl Limit {

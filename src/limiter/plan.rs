@@ -112,7 +112,10 @@ pub(super) fn single_spec(limit: &Limit) -> Spec {
             limit.window_secs().saturating_mul(1_000),
         )]))),
         Algorithm::FixedWindow => Spec::FixedWindow {
-            window: FixedWindow::new(limit.window_secs()),
+            window: limit.calendar.map_or_else(
+                || FixedWindow::new(limit.window_secs()),
+                FixedWindow::on_calendar,
+            ),
             limit: requests,
         },
     }
@@ -170,6 +173,7 @@ impl<S: Store> Limiter<S> {
                     burst: None,
                     count_rejected: false,
                     shadow_mode: false,
+                    calendar: None,
                 }]),
                 shadow_mode: false,
                 quota_mode: self.options.global_quota_mode,

@@ -135,6 +135,7 @@ fn several_limits_give_the_slowest_rate_and_smallest_burst() {
         burst: None,
         count_rejected: false,
         shadow_mode: false,
+        calendar: None,
     };
     use crate::descriptor::Unit;
     assert_eq!(

@@ -38,6 +38,28 @@ const WINDOWS: [(u64, &str, u32); 6] = [
 
 const KEYS: usize = 5;
 
+/// Calendar windows rules draw from: unit and zone (weeks start on Monday).
+const CALENDARS: [(&str, &str); 4] = [
+    ("day", "Europe/Paris"),
+    ("week", "America/New_York"),
+    ("month", "Australia/Lord_Howe"),
+    ("day", "Australia/Lord_Howe"),
+];
+
+/// Window lengths from this value up stand for `CALENDARS[w - CALENDAR_W]`.
+const CALENDAR_W: u64 = 1_000_000_000;
+
+/// Where scenarios start, ms: any time, and a few seconds before local
+/// midnights that begin or end a daylight-saving day (Paris's 23- and
+/// 25-hour days, Lord Howe's half hours) and a New York week.
+const STARTS: [u64; 5] = [
+    1_700_000_080_000,
+    1_774_738_780_000, // 2026-03-28T22:59:40Z, Paris 23:59:40, the 23-hour day next
+    1_792_879_175_000, // 2026-10-24T21:59:35Z, Paris 23:59:35, the 25-hour day next
+    1_775_395_790_000, // 2026-04-05T13:29:50Z, Lord Howe 23:59:50 of its 24.5-hour day
+    1_793_595_595_000, // 2026-11-02T04:59:55Z, New York Sunday 23:59:55, end of a 169-hour week
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Alg {
     Fixed,
@@ -58,6 +80,9 @@ struct RuleGen {
     quota: bool,
     /// Replaces the (named) rule of this key.
     replaces: Option<usize>,
+    /// A fixed window on this calendar (index into `CALENDARS`) instead of
+    /// `limits`' windows: one limit, `calendar: true`.
+    calendar: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +105,8 @@ struct Step {
 
 #[derive(Debug, Clone)]
 struct Scenario {
+    /// Index into `STARTS`: where the clocks begin.
+    start: usize,
     rules: Vec<RuleGen>,
     stop_when_over: bool,
     local_cache: bool,
@@ -102,11 +129,16 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
         prop::bool::weighted(0.2),
         prop::bool::weighted(0.2),
         proptest::option::weighted(0.15, 0usize..KEYS),
+        proptest::option::weighted(0.3, 0usize..CALENDARS.len()),
     )
         .prop_map(
-            |(alg, mut limits, burst, unlimited, shadow, quota, replaces)| {
+            |(alg, mut limits, burst, unlimited, shadow, quota, replaces, calendar)| {
                 let mut seen = HashSet::new();
                 limits.retain(|&(_, w)| seen.insert(w));
+                let calendar = calendar.filter(|_| alg == Alg::Fixed && !unlimited);
+                if calendar.is_some() {
+                    limits.truncate(1);
+                }
                 RuleGen {
                     alg,
                     limits,
@@ -115,6 +147,7 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
                     shadow,
                     quota,
                     replaces,
+                    calendar,
                 }
             },
         )
@@ -161,9 +194,11 @@ fn scenario_gen() -> impl Strategy<Value = Scenario> {
         any::<bool>(),
         prop_oneof![Just(0i64), -1_000i64..1_000],
         proptest::collection::vec(step_gen(), 1..40),
+        0usize..STARTS.len(),
     )
         .prop_map(
-            |(rules, stop_when_over, local_cache, skew_ms, steps)| Scenario {
+            |(rules, stop_when_over, local_cache, skew_ms, steps, start)| Scenario {
+                start,
                 rules,
                 stop_when_over,
                 local_cache,
@@ -203,6 +238,12 @@ fn yaml(rules: &[RuleGen]) -> String {
             Alg::Gcra => "gcra",
         };
         let one = |&(limit, w): &(u64, usize)| {
+            if let Some(c) = r.calendar {
+                let (unit, zone) = CALENDARS[c];
+                return format!(
+                    "{{unit: {unit}, calendar: true, time_zone: {zone}, requests_per_unit: {limit}, algorithm: fixed_window"
+                );
+            }
             let (_, unit, mult) = WINDOWS[w];
             let burst = r.burst.map(|b| format!(", burst: {b}")).unwrap_or_default();
             format!(
@@ -270,6 +311,45 @@ fn ceil_ms(us: u64) -> u64 {
     us.div_ceil(1_000)
 }
 
+/// Start and end (s) of the fixed window of `w` holding second `s`: epoch
+/// aligned, or for `w >= CALENDAR_W` local midnight to local midnight of
+/// the calendar's day, Monday-started week or month (written with jiff's
+/// zoned arithmetic, apart from floodgate's own code).
+fn window_bounds(w: u64, s: u64) -> (u64, u64) {
+    if w < CALENDAR_W {
+        let start = s - s % w;
+        return (start, start + w);
+    }
+    let (unit, zone) = CALENDARS[usize::try_from(w - CALENDAR_W).unwrap()];
+    let tz = jiff::tz::TimeZone::get(zone).unwrap();
+    let here = jiff::Timestamp::from_second(i64::try_from(s).unwrap())
+        .unwrap()
+        .to_zoned_datetime(tz.clone());
+    let mut first = here.date();
+    let mut next = first.tomorrow().unwrap();
+    match unit {
+        "day" => {}
+        "week" => {
+            while first.weekday() != jiff::civil::Weekday::Monday {
+                first = first.yesterday().unwrap();
+            }
+            next = first;
+            for _ in 0..7 {
+                next = next.tomorrow().unwrap();
+            }
+        }
+        _ => {
+            first = first.first_of_month();
+            next = first.last_of_month().tomorrow().unwrap();
+        }
+    }
+    let midnight = |date: jiff::civil::Date| {
+        let noon = date.at(12, 0, 0, 0).to_zoned_datetime(tz.clone()).unwrap();
+        u64::try_from(noon.start_of_day().unwrap().timestamp().as_second()).unwrap()
+    };
+    (midnight(first), midnight(next))
+}
+
 /// The counter a fixed window of `w` seconds starting at `start` counts on.
 fn fixed_key(m: &Model, id: &str, w: u64, start: u64) -> (String, u64, u64) {
     const REFERENCE_UNITS: [u64; 7] = [1, 60, 3_600, 86_400, 604_800, 2_592_000, 31_536_000];
@@ -285,8 +365,8 @@ fn fixed_key(m: &Model, id: &str, w: u64, start: u64) -> (String, u64, u64) {
 /// counted).
 fn fixed(m: &mut Model, id: &str, limit: u64, w: u64, hits: u64, now: u64, refuse: bool) -> Out {
     let s = now / 1_000;
-    let start = s - s % w;
-    let reset_ms = (start + w - s) * 1_000;
+    let (start, end) = window_bounds(w, s);
+    let reset_ms = (end - s) * 1_000;
     let count = m.fixed.entry(fixed_key(m, id, w, start)).or_default();
     let before = *count;
     if refuse && hits > 0 && before + hits > limit {
@@ -583,7 +663,13 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
                 limits: r
                     .limits
                     .iter()
-                    .map(|&(l, w)| (l, WINDOWS[w].0, named.then_some(d.key)))
+                    .map(|&(l, w)| {
+                        let w = match r.calendar {
+                            Some(c) => CALENDAR_W + c as u64,
+                            None => WINDOWS[w].0,
+                        };
+                        (l, w, named.then_some(d.key))
+                    })
                     .collect(),
                 shadow: r.shadow,
                 quota: r.quota,
@@ -664,12 +750,12 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
         for (k, op) in ops.iter().enumerate() {
             if op.alg == Alg::Fixed {
                 let w = op.limits[0].1;
-                let start = s - s % w;
+                let (start, end) = window_bounds(w, s);
                 if m.cache[instance].contains(&(op.id.clone(), w, start)) {
                     outs[k] = Some(Out {
                         over: true,
                         remaining: 0,
-                        reset_ms: (start + w - s) * 1_000,
+                        reset_ms: (end - s) * 1_000,
                         counted: false,
                         index: 0,
                         before: 0,
@@ -749,7 +835,7 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
             let Some(o) = outs[k] else { continue };
             if !cached[k] && op.alg == Alg::Fixed && o.over && (o.counted || op.hits == 0) {
                 let w = op.limits[0].1;
-                m.cache[instance].insert((op.id.clone(), w, s - s % w));
+                m.cache[instance].insert((op.id.clone(), w, window_bounds(w, s).0));
             }
         }
     }
@@ -810,7 +896,10 @@ fn take_back(m: &mut Model, op: &ModelOp, now: u64) {
     match op.alg {
         Alg::Fixed => {
             let w = op.limits[0].1;
-            if let Some(c) = m.fixed.get_mut(&fixed_key(m, &op.id, w, s - s % w)) {
+            if let Some(c) = m
+                .fixed
+                .get_mut(&fixed_key(m, &op.id, w, window_bounds(w, s).0))
+            {
                 *c -= op.hits;
             }
         }
@@ -845,9 +934,6 @@ fn take_back(m: &mut Model, op: &ModelOp, now: u64) {
 }
 
 // ------------------------------------------------------------- the property
-
-/// Start of every scenario: 40 s into a minute, as UNIX ms.
-const T0_MS: u64 = 1_700_000_080_000;
 
 static CASE: AtomicU64 = AtomicU64::new(0);
 
@@ -895,8 +981,8 @@ fn check(
         ..LimiterOptions::default()
     };
     let clocks = [
-        ManualClock::new(UnixMillis(T0_MS)),
-        ManualClock::new(UnixMillis(T0_MS)),
+        ManualClock::new(UnixMillis(STARTS[sc.start])),
+        ManualClock::new(UnixMillis(STARTS[sc.start])),
     ];
     let limiters: Vec<Limiter<StoreKind>> = clocks
         .iter()
@@ -913,7 +999,7 @@ fn check(
         reference_keys: matches!(store, StoreKind::Memcache(_)),
         ..Model::default()
     };
-    let mut t = T0_MS;
+    let mut t = STARTS[sc.start];
     // The latest clock reading so far: no reading may fall more than
     // `AHEAD_SECS` behind it, the skew floodgate promises to absorb (the
     // memory store forgets sliding-window buckets no clock within that

@@ -2,6 +2,8 @@
 //! units, multipliers, algorithms and their options, `replaces`, windows.
 
 use super::*;
+use crate::algorithm::calendar::{Calendar, CalendarUnit, parse_weekday};
+
 /// Largest `requests_per_unit` of a `sliding_log` limit: the log keeps one
 /// entry per admitted hit, so this bounds its memory.
 pub(super) const MAX_SLIDING_LOG_LIMIT: u32 = 10_000;
@@ -81,10 +83,9 @@ pub(super) fn check_rate_limits(
         // Two limits of one window length would share one counter (its key
         // is the window) and count every hit twice.
         for (n, &(j, limit)) in enforced.iter().enumerate() {
-            let first = enforced
-                .iter()
-                .take(n)
-                .find(|(_, other)| other.window_secs() == limit.window_secs());
+            let first = enforced.iter().take(n).find(|(_, other)| {
+                other.window_secs() == limit.window_secs() && other.calendar == limit.calendar
+            });
             if let Some(&(i, _)) = first {
                 check.issue(
                     &place.render(&format!(".rate_limits[{j}]")),
@@ -210,6 +211,7 @@ pub(super) fn check_rate_limit(
             );
         }
     }
+    let calendar = check_calendar(check, rate_limit, &here, unit, unit_multiplier, algorithm);
     if unlimited && rate_limit.shadow_mode == Some(true) {
         check.issue(&here, "shadow_mode cannot be set on an unlimited limit");
     }
@@ -228,7 +230,78 @@ pub(super) fn check_rate_limit(
             burst: rate_limit.burst,
             count_rejected: rate_limit.count_rejected.unwrap_or(false),
             shadow_mode: rate_limit.shadow_mode.unwrap_or(false),
+            calendar,
         }])
     };
     Some((policy, replaces))
+}
+
+/// `calendar`, `time_zone` and `week_start` (extension): a fixed window of
+/// a day, week, month or year, one unit long, in a zone the time-zone
+/// database knows. `None` when off or wrong (wrong is reported).
+fn check_calendar(
+    check: &mut FileCheck<'_>,
+    rate_limit: &model::RateLimit,
+    here: &str,
+    unit: Option<Unit>,
+    unit_multiplier: Option<NonZeroU32>,
+    algorithm: Option<Algorithm>,
+) -> Option<&'static Calendar> {
+    if rate_limit.calendar != Some(true) {
+        if rate_limit.time_zone.is_some() || rate_limit.week_start.is_some() {
+            check.issue(here, "time_zone and week_start need calendar: true");
+        }
+        return None;
+    }
+    let calendar_unit = match unit {
+        Some(Unit::Day) => Some(CalendarUnit::Day),
+        Some(Unit::Week) => Some(CalendarUnit::Week),
+        Some(Unit::Month) => Some(CalendarUnit::Month),
+        Some(Unit::Year) => Some(CalendarUnit::Year),
+        _ => None,
+    };
+    let mut ok = true;
+    if calendar_unit.is_none() {
+        check.issue(here, "calendar windows need unit day, week, month or year");
+        ok = false;
+    }
+    if algorithm.is_some_and(|a| a != Algorithm::FixedWindow) {
+        check.issue(here, "calendar is only valid with algorithm fixed_window");
+        ok = false;
+    }
+    if unit_multiplier.is_some_and(|m| m.get() != 1) {
+        check.issue(
+            here,
+            "calendar windows are one unit long: unit_multiplier must be 1",
+        );
+        ok = false;
+    }
+    if rate_limit.week_start.is_some() && unit != Some(Unit::Week) {
+        check.issue(here, "week_start is only valid with unit week");
+        ok = false;
+    }
+    let week_start = match rate_limit.week_start.as_deref() {
+        None => Some(jiff::civil::Weekday::Monday),
+        Some(name) => {
+            let day = parse_weekday(name);
+            if day.is_none() {
+                check.issue(
+                    here,
+                    format!("invalid week_start '{name}' (monday, tuesday, ..., sunday)"),
+                );
+            }
+            day
+        }
+    };
+    let zone = rate_limit.time_zone.as_deref().unwrap_or("UTC");
+    match (ok, calendar_unit, week_start) {
+        (true, Some(unit), Some(week_start)) => match Calendar::interned(unit, zone, week_start) {
+            Ok(calendar) => Some(calendar),
+            Err(err) => {
+                check.issue(here, err.to_string());
+                None
+            }
+        },
+        _ => None,
+    }
 }

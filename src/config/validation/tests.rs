@@ -497,3 +497,48 @@ descriptors:
         "<loaded>"
     );
 }
+
+#[test]
+fn calendar_windows_are_checked() {
+    let ok = r"
+domain: d
+descriptors:
+  - key: monthly
+    rate_limit: {unit: month, requests_per_unit: 10000, calendar: true, time_zone: America/New_York}
+  - key: weekly
+    rate_limit: {unit: week, requests_per_unit: 10, calendar: true, week_start: sunday}
+  - key: daily
+    rate_limits:
+      - {unit: day, requests_per_unit: 100, calendar: true, time_zone: Europe/Paris}
+      - {unit: day, requests_per_unit: 1000}
+";
+    assert_eq!(errors_of(ok), "<loaded>");
+    let bad = r"
+domain: d
+descriptors:
+  - key: zone
+    rate_limit: {unit: day, requests_per_unit: 1, calendar: true, time_zone: Europe/Pariss}
+  - key: unit
+    rate_limit: {unit: hour, requests_per_unit: 1, calendar: true}
+  - key: algorithm
+    rate_limit: {unit: day, requests_per_unit: 1, calendar: true, algorithm: gcra}
+  - key: multiplier
+    rate_limit: {unit: day, unit_multiplier: 2, requests_per_unit: 1, calendar: true}
+  - key: weekday
+    rate_limit: {unit: week, requests_per_unit: 1, calendar: true, week_start: someday}
+  - key: not_a_week
+    rate_limit: {unit: month, requests_per_unit: 1, calendar: true, week_start: sunday}
+  - key: no_calendar
+    rate_limit: {unit: day, requests_per_unit: 1, time_zone: UTC}
+";
+    assert_eq!(
+        errors_of(bad),
+        "t.yaml: descriptors[0] (key=zone): unknown time zone 'Europe/Pariss' (an IANA name such as Europe/Paris or America/New_York)\n\
+         t.yaml: descriptors[1] (key=unit): calendar windows need unit day, week, month or year\n\
+         t.yaml: descriptors[2] (key=algorithm): calendar is only valid with algorithm fixed_window\n\
+         t.yaml: descriptors[3] (key=multiplier): calendar windows are one unit long: unit_multiplier must be 1\n\
+         t.yaml: descriptors[4] (key=weekday): invalid week_start 'someday' (monday, tuesday, ..., sunday)\n\
+         t.yaml: descriptors[5] (key=not_a_week): week_start is only valid with unit week\n\
+         t.yaml: descriptors[6] (key=no_calendar): time_zone and week_start need calendar: true"
+    );
+}

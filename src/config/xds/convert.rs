@@ -186,6 +186,9 @@ fn rate_limit(policy: rls_conf::RateLimitPolicy) -> model::RateLimit {
         // Candidate limits are a rule-file extension; the xDS resource
         // carries shadow mode per descriptor only.
         shadow_mode: None,
+        calendar: None,
+        time_zone: None,
+        week_start: None,
     }
 }
 
