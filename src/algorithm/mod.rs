@@ -6,12 +6,14 @@
 //! identically.
 
 pub mod calendar;
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod quota_split;
 pub mod sliding_log;
 pub mod sliding_window;
 
+pub use concurrency::Concurrency;
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use sliding_log::SlidingLog;
@@ -71,6 +73,8 @@ pub enum Spec {
     SlidingLog(SlidingLog),
     /// Generic cell rate algorithm.
     Gcra(Gcra),
+    /// Requests in flight.
+    Concurrency(Concurrency),
 }
 
 /// The answer for one counter operation.

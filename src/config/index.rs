@@ -30,7 +30,7 @@
 //! is otherwise equivalent.
 
 pub(crate) use super::rule::Metadata;
-pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule};
+pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule, SlotKeys};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -300,6 +300,9 @@ pub struct Index {
     domains: Vec<DomainIndex>,
     /// Position in `domains` by name.
     by_name: HashMap<Box<str>, usize>,
+    /// The distinct `slot_key` / `release_key` pairs of concurrency limits:
+    /// the entries a descriptor may carry after its rule's own.
+    slot_keys: Vec<SlotKeys>,
 }
 
 impl Index {
@@ -316,7 +319,26 @@ impl Index {
             .enumerate()
             .map(|(at, domain)| (domain.name.as_str().into(), at))
             .collect();
-        Self { domains, by_name }
+        let mut slot_keys: Vec<SlotKeys> = Vec::new();
+        for rule in domains.iter().flat_map(|domain| domain.rules.iter()) {
+            if let Policy::Limited(limits) = &rule.policy {
+                for keys in limits.iter().filter_map(|l| l.slot.as_ref()) {
+                    if !slot_keys.contains(keys) {
+                        slot_keys.push(keys.clone());
+                    }
+                }
+            }
+        }
+        Self {
+            domains,
+            by_name,
+            slot_keys,
+        }
+    }
+
+    /// The `slot_key` / `release_key` pairs of the concurrency limits.
+    pub(crate) fn slot_keys(&self) -> &[SlotKeys] {
+        &self.slot_keys
     }
 
     /// Whether no domain is loaded.

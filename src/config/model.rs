@@ -49,6 +49,8 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "calendar",
     "time_zone",
     "week_start",
+    "slot_key",
+    "release_key",
 ];
 
 /// Keys allowed in one `replaces` entry.
@@ -122,6 +124,10 @@ pub(crate) struct RateLimit {
     pub(crate) time_zone: Option<String>,
     /// Extension: the first day of a calendar week (default monday).
     pub(crate) week_start: Option<String>,
+    /// Extension (concurrency): the entry holding a request's id.
+    pub(crate) slot_key: Option<String>,
+    /// Extension (concurrency): the entry marking a release.
+    pub(crate) release_key: Option<String>,
 }
 
 /// One `replaces` entry.

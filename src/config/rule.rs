@@ -19,15 +19,19 @@ pub enum Algorithm {
     SlidingLog,
     /// Generic cell rate algorithm (a token bucket with O(1) state).
     Gcra,
+    /// Requests in flight: `requests_per_unit` slots, each released by the
+    /// request's stream-done call or freed one window after its acquire.
+    Concurrency,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order they are listed in error messages.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::FixedWindow,
         Self::SlidingWindow,
         Self::SlidingLog,
         Self::Gcra,
+        Self::Concurrency,
     ];
 
     /// Name as written in rule files.
@@ -37,6 +41,7 @@ impl Algorithm {
             Self::SlidingWindow => "sliding_window",
             Self::SlidingLog => "sliding_log",
             Self::Gcra => "gcra",
+            Self::Concurrency => "concurrency",
         }
     }
 
@@ -74,6 +79,21 @@ pub struct Limit {
     /// `calendar: true` (extension, fixed windows of a day, week, month or
     /// year): the calendar the windows follow.
     pub calendar: Option<&'static crate::algorithm::calendar::Calendar>,
+    /// `algorithm: concurrency`: the entries that name a request's slot
+    /// and mark its release.
+    pub slot: Option<SlotKeys>,
+}
+
+/// The descriptor entries of a concurrency limit (`slot_key`,
+/// `release_key`): a request's descriptor carries, after the rule's own
+/// entries, `slot_key` = the request's id (Envoy: `x-request-id`) to take
+/// a slot, and then `release_key` (any value) to free it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SlotKeys {
+    /// The entry holding the request's id.
+    pub slot_key: Arc<str>,
+    /// The entry marking a release.
+    pub release_key: Arc<str>,
 }
 
 impl Limit {

@@ -8,7 +8,7 @@ use super::Limiter;
 use super::answer::{Code, Status};
 use super::error::LimitError;
 use super::pick::{Overall, pick};
-use super::plan::{Pending, Plan, apply_replaces, counter_id, is_candidate, single_spec, specs};
+use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations, single_spec};
 use crate::config::{Limit, Lookup, Policy, StepMatch};
 use crate::descriptor::Request;
 use crate::store::{Batch, Op, Store};
@@ -151,10 +151,9 @@ impl<S: Store> Limiter<S> {
         let (mut window_reads, mut window_ops): (Vec<Read>, Vec<Op>) = (Vec::new(), Vec::new());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
-            let Plan::Limited { limits, shared, .. } = plan else {
+            let Some((limits, id, specs)) = operations(domain, descriptor, plan) else {
                 continue;
             };
-            let id = counter_id(domain, descriptor, shared);
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
             let id_of = |base: usize| {
                 if is_candidate(limits, base) {
@@ -163,7 +162,7 @@ impl<S: Store> Limiter<S> {
                     id.clone()
                 }
             };
-            for (spec, base) in specs(limits) {
+            for (spec, base) in specs {
                 let op_id = id_of(base);
                 let cached = self
                     .local_cache

@@ -37,7 +37,7 @@ use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
 use crate::store::{Batch, CounterId, Op, Store};
 use local_cache::LocalCache;
-use plan::{Pending, Plan, apply_replaces, counter_id, failure_outcome, is_candidate, specs};
+use plan::{Pending, Plan, apply_replaces, failure_outcome, is_candidate, operations};
 use quiet_log::QuietLog;
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,12 +151,11 @@ impl<S: Store> Limiter<S> {
         let mut sent: Vec<usize> = Vec::with_capacity(plans.len());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
-            let Plan::Limited { limits, shared, .. } = plan else {
+            let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
+            else {
                 continue;
             };
-            let mut id = counter_id(&request.domain, descriptor, shared);
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
-            let specs = specs(limits);
             let last = specs.len().saturating_sub(1);
             for (n, (spec, base)) in specs.into_iter().enumerate() {
                 let candidate = is_candidate(limits, base).then(|| id.candidate(base));

@@ -3,9 +3,11 @@
 //! counter identities, the reference's stats keys).
 
 use super::Limiter;
-use crate::algorithm::{FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec};
+use crate::algorithm::{
+    Concurrency, FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec,
+};
 use crate::config::{Algorithm, Index, Limit, Lookup, Metadata, Policy};
-use crate::descriptor::Descriptor;
+use crate::descriptor::{Descriptor, Entry};
 use crate::store::{CounterId, Store};
 use std::borrow::Cow;
 use std::num::NonZeroU32;
@@ -36,6 +38,12 @@ pub(super) enum Plan<'a> {
         stats_key: Cow<'a, str>,
         /// The rule's `metadata` (never for an override).
         metadata: Option<&'a Arc<Metadata>>,
+        /// How many of the descriptor's entries name its counter: all, but
+        /// for a concurrency limit's slot entries.
+        entries: usize,
+        /// Concurrency: the request's member (its slot id, hashed) and
+        /// whether this frees its slot.
+        slot: Option<(u64, bool)>,
     },
 }
 
@@ -79,7 +87,7 @@ pub(super) fn specs(limits: &[Limit]) -> Vec<(Spec, usize)> {
                 .chain(candidates)
                 .collect()
         }
-        Algorithm::FixedWindow | Algorithm::Gcra => group
+        Algorithm::FixedWindow | Algorithm::Gcra | Algorithm::Concurrency => group
             .iter()
             .enumerate()
             .map(|(i, limit)| (single_spec(limit), i))
@@ -111,6 +119,10 @@ pub(super) fn single_spec(limit: &Limit) -> Spec {
             requests,
             limit.window_secs().saturating_mul(1_000),
         )]))),
+        Algorithm::Concurrency => Spec::Concurrency(Concurrency::new(
+            requests,
+            limit.window_secs().saturating_mul(1_000),
+        )),
         Algorithm::FixedWindow => Spec::FixedWindow {
             window: limit.calendar.map_or_else(
                 || FixedWindow::new(limit.window_secs()),
@@ -174,6 +186,7 @@ impl<S: Store> Limiter<S> {
                     count_rejected: false,
                     shadow_mode: false,
                     calendar: None,
+                    slot: None,
                 }]),
                 shadow_mode: false,
                 quota_mode: self.options.global_quota_mode,
@@ -181,7 +194,12 @@ impl<S: Store> Limiter<S> {
                 shared: Vec::new(),
                 stats_key: Cow::Owned(runtime_stats_key(domain, descriptor)),
                 metadata: None,
+                entries: descriptor.entries.len(),
+                slot: None,
             };
+        }
+        if let Some(plan) = self.slot_plan(index, domain, descriptor) {
+            return plan;
         }
         match index.lookup(domain, &descriptor.entries) {
             Lookup::UnknownDomain => {
@@ -202,9 +220,70 @@ impl<S: Store> Limiter<S> {
                     stats_key: matched.stats_key_cow(&descriptor.entries),
                     shared: matched.shared,
                     metadata: matched.rule.metadata.as_ref(),
+                    entries: descriptor.entries.len(),
+                    // A concurrency limit reached without a slot entry: a
+                    // slot no release can name, freed when it expires.
+                    slot: limits
+                        .iter()
+                        .any(|l| l.algorithm == Algorithm::Concurrency)
+                        .then(|| (rand::random::<u64>(), false)),
                 },
             },
         }
+    }
+
+    /// A descriptor ending with a concurrency limit's slot entries: its
+    /// rule's entries, then `slot_key` = the request's id (an acquire),
+    /// then possibly `release_key` (a release). The plan of the rule those
+    /// first entries match, when it is a concurrency limit with those keys;
+    /// `None` otherwise (the descriptor is matched as it stands).
+    fn slot_plan<'a>(
+        &self,
+        index: &'a Index,
+        domain: &str,
+        descriptor: &Descriptor,
+    ) -> Option<Plan<'a>> {
+        if index.slot_keys().is_empty() {
+            return None;
+        }
+        let entries = &descriptor.entries;
+        let n = entries.len();
+        let last = entries.last()?;
+        let (release, slot_at) = if index
+            .slot_keys()
+            .iter()
+            .any(|k| *k.release_key == *last.key)
+        {
+            (true, n.checked_sub(2)?)
+        } else {
+            (false, n.checked_sub(1)?)
+        };
+        let slot_entry = entries.get(slot_at)?;
+        let keys = index.slot_keys().iter().find(|k| {
+            *k.slot_key == *slot_entry.key && (!release || *k.release_key == *last.key)
+        })?;
+        let own = entries.get(..slot_at)?;
+        let Lookup::Matched(matched) = index.lookup(domain, own) else {
+            return None;
+        };
+        let Policy::Limited(limits) = &matched.rule.policy else {
+            return None;
+        };
+        if !limits.iter().any(|l| l.slot.as_ref() == Some(keys)) {
+            return None;
+        }
+        let member = xxhash_rust::xxh3::xxh3_64(slot_entry.value.as_bytes());
+        Some(Plan::Limited {
+            limits: Cow::Borrowed(limits),
+            shadow_mode: matched.rule.shadow_mode,
+            quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
+            replaces: &matched.rule.replaces,
+            stats_key: matched.stats_key_cow(own),
+            shared: matched.shared,
+            metadata: matched.rule.metadata.as_ref(),
+            entries: slot_at,
+            slot: Some((member, release)),
+        })
     }
 }
 
@@ -253,15 +332,47 @@ pub(super) fn runtime_stats_key(domain: &str, descriptor: &Descriptor) -> String
     key
 }
 
+/// A limited plan's limits, counter identity and operations (each with the
+/// index of the first limit it covers).
+pub(super) type Operations<'p> = (&'p [Limit], CounterId, Vec<(Spec, usize)>);
+
+/// What a limited plan asks of the store for `descriptor`: its limits, its
+/// counter identity (of the descriptor's own entries, not a concurrency
+/// limit's slot entries) and its operations (each concurrency operation
+/// for the request's member); `None` for a plan that counts nothing.
+pub(super) fn operations<'p>(
+    domain: &str,
+    descriptor: &Descriptor,
+    plan: &'p Plan<'_>,
+) -> Option<Operations<'p>> {
+    let Plan::Limited {
+        limits,
+        shared,
+        entries,
+        slot,
+        ..
+    } = plan
+    else {
+        return None;
+    };
+    let own = descriptor.entries.get(..*entries).unwrap_or_default();
+    let id = counter_id(domain, own, shared);
+    let mut specs = specs(limits);
+    if let Some((member, release)) = *slot {
+        for (spec, _) in &mut specs {
+            if let Spec::Concurrency(c) = spec {
+                *c = c.for_member(member, release);
+            }
+        }
+    }
+    Some((limits, id, specs))
+}
+
 /// The counter identity of a descriptor: the request's own entries, with the
 /// wildcard pattern in place of the value where a `share_threshold` node
 /// matched, so every value under that wildcard shares one counter.
-pub(super) fn counter_id(
-    domain: &str,
-    descriptor: &Descriptor,
-    shared: &[(usize, &str)],
-) -> CounterId {
-    let entries = descriptor.entries.iter().enumerate().map(|(i, entry)| {
+pub(super) fn counter_id(domain: &str, entries: &[Entry], shared: &[(usize, &str)]) -> CounterId {
+    let entries = entries.iter().enumerate().map(|(i, entry)| {
         let value = shared
             .iter()
             .find(|(at, _)| *at == i)

@@ -136,6 +136,7 @@ fn several_limits_give_the_slowest_rate_and_smallest_burst() {
         count_rejected: false,
         shadow_mode: false,
         calendar: None,
+        slot: None,
     };
     use crate::descriptor::Unit;
     assert_eq!(

@@ -60,6 +60,8 @@ descriptors:
     rate_limits:
       - {unit: second, requests_per_unit: 10, algorithm: sliding_window}
       - {unit: hour, requests_per_unit: 25, algorithm: sliding_window}
+  - key: tenant
+    rate_limit: {unit: second, unit_multiplier: 30, requests_per_unit: 2, algorithm: concurrency, slot_key: request_id, release_key: done}
   - key: log_exact
     rate_limits:
       - {unit: second, requests_per_unit: 2, algorithm: sliding_log}
@@ -94,6 +96,88 @@ fn req(descriptors: &[(&str, &str, Option<u64>)]) -> Request {
             .collect(),
         hits_addend: 0,
     }
+}
+
+/// A concurrency call for `tenant`: the request `id` takes a slot, or with
+/// `release` frees it.
+async fn slot(l: &Limiter<StoreKind>, tenant: &str, id: &str, release: bool) -> (Code, u32) {
+    let mut entries = vec![("tenant", tenant), ("request_id", id)];
+    if release {
+        entries.push(("done", "1"));
+    }
+    let request = Request {
+        domain: "conf".into(),
+        descriptors: vec![Descriptor::from_pairs(entries)],
+        hits_addend: 0,
+    };
+    let r = l.should_rate_limit(&request).await.unwrap();
+    (r.overall_code, r.statuses[0].limit_remaining)
+}
+
+/// Concurrency: two instances share 2 slots; a release frees the slot of
+/// its request only, a stray or repeated one nothing; a retried acquire is
+/// not a second request; a slot never released comes back 30 s after its
+/// acquire; a request refused as a whole gives its slot back.
+pub(crate) async fn concurrency_slots(backend: Backend) {
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let a = limiter(&backend, &clock, LimiterOptions::default());
+    let b = limiter(&backend, &clock, LimiterOptions::default());
+    assert_eq!(slot(&a, "t", "r1", false).await, (Code::Ok, 1));
+    assert_eq!(
+        slot(&a, "t", "r1", false).await,
+        (Code::Ok, 1),
+        "a retry is not a second request"
+    );
+    assert_eq!(slot(&b, "t", "r2", false).await, (Code::Ok, 0));
+    assert_eq!(slot(&a, "t", "r3", false).await, (Code::OverLimit, 0));
+    assert_eq!(
+        slot(&b, "other", "r3", false).await,
+        (Code::Ok, 1),
+        "tenants apart"
+    );
+    // Stray and repeated releases make no room.
+    assert_eq!(slot(&a, "t", "r9", true).await, (Code::Ok, 0));
+    assert_eq!(slot(&a, "t", "r3", false).await, (Code::OverLimit, 0));
+    assert_eq!(slot(&b, "t", "r1", true).await, (Code::Ok, 1));
+    assert_eq!(slot(&b, "t", "r1", true).await, (Code::Ok, 1));
+    assert_eq!(slot(&a, "t", "r3", false).await, (Code::Ok, 0));
+    assert_eq!(slot(&a, "t", "r4", false).await, (Code::OverLimit, 0));
+    // r2 and r3 are never released (their proxy died): free 30 s after
+    // their acquire, not before.
+    clock.advance(Duration::from_secs(29));
+    let r = ask(&a, &[("tenant", "t", None)]).await;
+    assert_eq!(r.overall_code, Code::OverLimit);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(slot(&a, "t", "r4", false).await, (Code::Ok, 1));
+    // Stop-increment: a request refused by another descriptor takes no slot.
+    let stop = limiter(
+        &backend,
+        &clock,
+        LimiterOptions {
+            stop_when_over: true,
+            ..LimiterOptions::default()
+        },
+    );
+    let request = Request {
+        domain: "conf".into(),
+        descriptors: vec![
+            Descriptor::from_pairs([("tenant", "t"), ("request_id", "r5")]),
+            Descriptor {
+                hits_addend: Some(100),
+                ..Descriptor::from_pairs([("user", "u")])
+            },
+        ],
+        hits_addend: 0,
+    };
+    assert_eq!(
+        stop.should_rate_limit(&request).await.unwrap().overall_code,
+        Code::OverLimit
+    );
+    assert_eq!(
+        slot(&a, "t", "r6", false).await,
+        (Code::Ok, 0),
+        "r5 holds no slot"
+    );
 }
 
 async fn ask(l: &Limiter<StoreKind>, descriptors: &[(&str, &str, Option<u64>)]) -> Response {
@@ -622,6 +706,7 @@ conformance!(
     gcra_burst_then_rate,
     sliding_log_is_exact,
     per_window_buckets_and_whole_refusals,
+    concurrency_slots,
 );
 
 mod differential {

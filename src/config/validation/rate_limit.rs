@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::algorithm::calendar::{Calendar, CalendarUnit, parse_weekday};
+use crate::config::rule::SlotKeys;
 
 /// Largest `requests_per_unit` of a `sliding_log` limit: the log keeps one
 /// entry per admitted hit, so this bounds its memory.
@@ -212,6 +213,7 @@ pub(super) fn check_rate_limit(
         }
     }
     let calendar = check_calendar(check, rate_limit, &here, unit, unit_multiplier, algorithm);
+    let slot = check_slot_keys(check, rate_limit, &here, algorithm);
     if unlimited && rate_limit.shadow_mode == Some(true) {
         check.issue(&here, "shadow_mode cannot be set on an unlimited limit");
     }
@@ -231,6 +233,7 @@ pub(super) fn check_rate_limit(
             count_rejected: rate_limit.count_rejected.unwrap_or(false),
             shadow_mode: rate_limit.shadow_mode.unwrap_or(false),
             calendar,
+            slot,
         }])
     };
     Some((policy, replaces))
@@ -303,5 +306,43 @@ fn check_calendar(
             }
         },
         _ => None,
+    }
+}
+
+/// `slot_key` and `release_key` (extension): both, and only, on a
+/// concurrency limit, two different entry keys.
+fn check_slot_keys(
+    check: &mut FileCheck<'_>,
+    rate_limit: &model::RateLimit,
+    here: &str,
+    algorithm: Option<Algorithm>,
+) -> Option<SlotKeys> {
+    let slot_key = rate_limit.slot_key.as_deref().filter(|k| !k.is_empty());
+    let release_key = rate_limit.release_key.as_deref().filter(|k| !k.is_empty());
+    if algorithm != Some(Algorithm::Concurrency) {
+        if slot_key.is_some() || release_key.is_some() {
+            check.issue(
+                here,
+                "slot_key and release_key are only valid with algorithm concurrency",
+            );
+        }
+        return None;
+    }
+    match (slot_key, release_key) {
+        (Some(slot_key), Some(release_key)) if slot_key != release_key => Some(SlotKeys {
+            slot_key: Arc::from(slot_key),
+            release_key: Arc::from(release_key),
+        }),
+        (Some(_), Some(_)) => {
+            check.issue(here, "slot_key and release_key must differ");
+            None
+        }
+        _ => {
+            check.issue(
+                here,
+                "algorithm concurrency needs slot_key (the entry holding the request's id) and release_key (the entry marking its release)",
+            );
+            None
+        }
     }
 }

@@ -189,6 +189,8 @@ fn rate_limit(policy: rls_conf::RateLimitPolicy) -> model::RateLimit {
         calendar: None,
         time_zone: None,
         week_start: None,
+        slot_key: None,
+        release_key: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! algorithm state, its expiry, what it is charged against the budget, and
 //! how one operation runs on it.
 
+use crate::algorithm::concurrency::Slots;
 use crate::algorithm::fixed_window::{Counter, is_over_limit};
 use crate::algorithm::gcra::Gcra;
 use crate::algorithm::sliding_log::Log;
@@ -26,6 +27,7 @@ pub(super) enum CounterKind {
         interval_us: u64,
         burst: u64,
     },
+    Concurrency,
 }
 
 impl CounterKind {
@@ -41,6 +43,7 @@ impl CounterKind {
                 interval_us: g.interval_us(),
                 burst: g.burst(),
             },
+            Spec::Concurrency(_) => Self::Concurrency,
         }
     }
 }
@@ -58,6 +61,7 @@ pub(super) enum State {
     Log(Log),
     /// Theoretical arrival time, µs.
     Gcra(Option<u64>),
+    Slots(Slots),
 }
 
 impl State {
@@ -67,6 +71,7 @@ impl State {
             Spec::SlidingWindow(_) => Self::Sliding(Buckets::default()),
             Spec::SlidingLog(_) => Self::Log(Log::default()),
             Spec::Gcra(_) => Self::Gcra(None),
+            Spec::Concurrency(_) => Self::Slots(Slots::default()),
         }
     }
 }
@@ -76,6 +81,7 @@ impl State {
         match self {
             Self::Sliding(buckets) => buckets.heap_bytes(),
             Self::Log(log) => log.heap_bytes(),
+            Self::Slots(slots) => slots.heap_bytes(),
             Self::Fixed(_) | Self::Gcra(_) => 0,
         }
     }
@@ -151,6 +157,12 @@ impl Entry {
                         Gcra::ttl_ms(new_tat, now),
                     ));
                 }
+                outcome
+            }
+            (Spec::Concurrency(c), State::Slots(slots)) => {
+                let outcome = slots.apply(c, now, hits);
+                // Kept while a slot is held; then reclaimable.
+                self.expires_at = UnixMillis(slots.last_expiry_ms()).max(now);
                 outcome
             }
             // The slot kind is derived from the spec, so the state always

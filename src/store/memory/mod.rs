@@ -331,6 +331,7 @@ impl MemoryStore {
                 buckets.take_back(sw, now, op.hits)
             }
             (Spec::SlidingLog(_), State::Log(log)) => log.take_back(now, op.hits),
+            (Spec::Concurrency(c), State::Slots(slots)) => slots.take_back(c),
             (Spec::Gcra(gcra), State::Gcra(Some(tat))) => {
                 *tat = tat.saturating_sub(op.hits.saturating_mul(gcra.interval_us()));
             }

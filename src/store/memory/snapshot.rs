@@ -25,6 +25,7 @@
 //! the counters whose window ended while floodgate was down.
 
 use super::entry::{CounterKind, Entry, EntryKey, State};
+use crate::algorithm::concurrency::Slots;
 use crate::algorithm::fixed_window::Counter;
 use crate::algorithm::sliding_log::Log;
 use crate::algorithm::sliding_window::Buckets;
@@ -92,6 +93,7 @@ pub(super) fn encode_entry(out: &mut Vec<u8>, key: &EntryKey, entry: &Entry) -> 
             put_u64(out, interval_us);
             put_u64(out, burst);
         }
+        CounterKind::Concurrency => out.push(4),
     }
     put_u64(out, entry.expires_at.0);
     match &entry.state {
@@ -118,6 +120,14 @@ pub(super) fn encode_entry(out: &mut Vec<u8>, key: &EntryKey, entry: &Entry) -> 
         State::Gcra(tat) => {
             out.push(u8::from(tat.is_some()));
             put_u64(out, tat.unwrap_or(0));
+        }
+        State::Slots(slots) => {
+            let parts = slots.parts();
+            put_u32(out, u32::try_from(parts.len()).unwrap_or(0));
+            for &(member, expiry) in parts {
+                put_u64(out, member);
+                put_u64(out, expiry);
+            }
         }
     }
     true
@@ -198,6 +208,7 @@ pub(super) fn decode(
                 interval_us: r.u64().ok_or_else(short)?,
                 burst: r.u64().ok_or_else(short)?,
             },
+            4 => CounterKind::Concurrency,
             _ => return Err(invalid("a counter has an unknown kind")),
         };
         let expires_at = UnixMillis(r.u64().ok_or_else(short)?);
@@ -236,6 +247,17 @@ pub(super) fn decode(
                 let present = r.u8().ok_or_else(short)? == 1;
                 let tat = r.u64().ok_or_else(short)?;
                 State::Gcra(present.then_some(tat))
+            }
+            CounterKind::Concurrency => {
+                let n = usize::try_from(r.u32().ok_or_else(short)?).unwrap_or(usize::MAX);
+                if n > MAX_LOG_ENTRIES || n > r.rest.len() / 16 {
+                    return Err(invalid("a concurrency limit has too many slots"));
+                }
+                let mut held = Vec::with_capacity(n);
+                for _ in 0..n {
+                    held.push((r.u64().ok_or_else(short)?, r.u64().ok_or_else(short)?));
+                }
+                State::Slots(Slots::from_parts(held))
             }
         };
         if expires_at > now {

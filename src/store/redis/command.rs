@@ -45,6 +45,7 @@ impl RedisStore {
                 keys.gcra(&op.id, gcra.interval_us(), gcra.burst()),
                 op.hits.saturating_mul(gcra.interval_us()),
             ),
+            Spec::Concurrency(c) => (keys.concurrency(&op.id, c.ttl_ms()), 0),
         };
         // Room for a typical operation: no regrowth while writing it.
         let mut cmd = redis::Cmd::with_capacity(16, 192);
@@ -98,13 +99,34 @@ impl RedisStore {
                     .arg(op.hits)
                     .arg(u8::from(!gcra.denies_all()));
             }
+            Spec::Concurrency(c) => {
+                let prefix = slot_prefix(c.member());
+                let action: u8 = match (op.hits, c.is_release()) {
+                    (0, _) => 0,
+                    (_, false) => 1,
+                    (_, true) => 2,
+                };
+                cmd.arg(now.0)
+                    .arg(c.ttl_ms())
+                    .arg(c.slots())
+                    .arg(format!("{prefix}1"))
+                    .arg(action);
+                if refuse_over {
+                    log_prefix = Some(prefix);
+                }
+            }
         }
         let undo = if refuse_over {
             Some(match log_prefix {
                 Some(prefix) => Undo::Members {
                     key,
                     prefix,
-                    hits: op.hits,
+                    // A slot is one member, whatever the hits.
+                    hits: if matches!(op.spec, Spec::Concurrency(_)) {
+                        1
+                    } else {
+                        op.hits
+                    },
                 },
                 None => Undo::Decrement {
                     keys: match op.spec {
@@ -137,7 +159,14 @@ pub(super) const fn algorithm_number(spec: &Spec) -> u8 {
         Spec::SlidingWindow(_) => 2,
         Spec::SlidingLog(_) => 3,
         Spec::Gcra(_) => 4,
+        Spec::Concurrency(_) => 5,
     }
+}
+
+/// A slot's member in the sorted set is this followed by `1` (so that a
+/// refused request's slot is taken back as a log's hits are).
+fn slot_prefix(member: u64) -> String {
+    format!("{member:016x}.")
 }
 
 /// The bytes of a command's arguments (each operation's are all plain

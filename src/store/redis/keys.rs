@@ -9,6 +9,7 @@
 //!        | "l"                                        ; sliding log (sorted set)
 //!        | "g" interval_us ":" burst                  ; gcra TAT
 //!        | "q"                                        ; RLQS demand registry (hash)
+//!        | "c" ttl_ms                                 ; concurrency slots (sorted set)
 //! ```
 //!
 //! `prefix` is `CACHE_KEY_PREFIX`, verbatim. `identity` is the escaped
@@ -74,6 +75,14 @@ impl Keys {
     pub(crate) fn sliding_log(&self, id: &CounterId) -> String {
         let mut key = self.tagged(id);
         key.push('l');
+        key
+    }
+
+    /// The slots of a concurrency limit whose slots live `ttl_ms`.
+    pub(crate) fn concurrency(&self, id: &CounterId, ttl_ms: u64) -> String {
+        let mut key = self.tagged(id);
+        // Infallible: writing to a String cannot fail.
+        let _ = write!(key, "c{ttl_ms}");
         key
     }
 

@@ -1,6 +1,7 @@
 //! Reading the scripts' replies strictly: an unexpected shape is an error,
 //! never a fresh window. Pure decoding, no I/O.
 
+use crate::algorithm::concurrency::Acted;
 use crate::algorithm::fixed_window::Tally;
 use crate::algorithm::sliding_log::WindowProbe;
 use crate::algorithm::{Outcome, Spec};
@@ -73,6 +74,7 @@ pub(super) fn bad_reply(detail: String) -> RedisError {
 pub(super) fn reply_len(spec: &Spec) -> usize {
     match spec {
         Spec::FixedWindow { .. } | Spec::Gcra(_) => 2,
+        Spec::Concurrency(_) => 3,
         Spec::SlidingWindow(sw) => 1 + sw.buckets(),
         Spec::SlidingLog(sl) => 1 + 2 * sl.limits().len(),
     }
@@ -123,5 +125,12 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
             outcome.counted = at(0) == 1;
             outcome
         }
+        Spec::Concurrency(c) => c.outcome(
+            unsigned(at(0)),
+            u64::try_from(at(1)).ok(),
+            Acted::from_code(at(2)),
+            op.hits,
+            now,
+        ),
     })
 }

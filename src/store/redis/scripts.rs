@@ -30,6 +30,7 @@ pub(crate) static PEEK: LazyLock<Script> = LazyLock::new(|| {
         function("sliding_window", include_str!("scripts/sliding_window.lua")),
         function("sliding_log", include_str!("scripts/sliding_log.lua")),
         function("gcra", include_str!("scripts/gcra.lua")),
+        function("concurrency", include_str!("scripts/concurrency.lua")),
         PEEK_DISPATCH.to_owned(),
     ]
     .concat();
@@ -47,7 +48,7 @@ local function peek_call(command, key, ...)
     return tonumber(redis.call('GET', key) or '0') + tonumber((...))
   end
   if command == 'EXPIRE' or command == 'PEXPIRE' or command == 'SET'
-      or command == 'ZADD' or command == 'ZREMRANGEBYSCORE' then
+      or command == 'ZADD' or command == 'ZREMRANGEBYSCORE' or command == 'ZREM' then
     return 0
   end
   return redis.call(command, key, ...)
@@ -56,7 +57,7 @@ end
 
 /// The peek script's call of one algorithm.
 const PEEK_DISPATCH: &str = r"
-local algorithms = {fixed_window, sliding_window, sliding_log, gcra}
+local algorithms = {fixed_window, sliding_window, sliding_log, gcra, concurrency}
 local args = {}
 for j = 2, #ARGV do
   args[j - 1] = ARGV[j]
@@ -92,6 +93,7 @@ fn batch_script(header: &str, main: &str) -> Script {
         function("sliding_window", include_str!("scripts/sliding_window.lua")),
         function("sliding_log", include_str!("scripts/sliding_log.lua")),
         function("gcra", include_str!("scripts/gcra.lua")),
+        function("concurrency", include_str!("scripts/concurrency.lua")),
         BATCH_RUN.to_owned(),
         main.to_owned(),
     ]
@@ -103,7 +105,7 @@ fn batch_script(header: &str, main: &str) -> Script {
 /// `keys[i]`, its algorithm, argument count and arguments read from ARGV
 /// from position `at` on.
 const BATCH_RUN: &str = r"
-local algorithms = {fixed_window, sliding_window, sliding_log, gcra}
+local algorithms = {fixed_window, sliding_window, sliding_log, gcra, concurrency}
 local function run(keys, at)
   local replies = {}
   for i = 1, #keys do

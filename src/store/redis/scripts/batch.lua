@@ -8,7 +8,8 @@
 --
 -- KEYS[i]  the key of operation i
 -- ARGV     for each operation, in order: algorithm (1 fixed_window,
---          2 sliding_window, 3 sliding_log, 4 gcra), argument count n, then
+--          2 sliding_window, 3 sliding_log, 4 gcra, 5 concurrency), argument
+--          count n, then
 --          its n arguments
 --
 -- Reply: one flat array: what each operation's algorithm script returns,
