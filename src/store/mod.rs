@@ -64,6 +64,13 @@ impl Batch {
 pub(crate) fn taken_back(op: &Op, outcome: Outcome, now: UnixMillis) -> Outcome {
     match op.spec {
         Spec::FixedWindow { window, limit } => window.refused(outcome.before, op.hits, limit, now),
+        // One slot, whatever the hits.
+        Spec::Concurrency(_) => Outcome {
+            counted: false,
+            remaining: outcome.remaining.saturating_add(1),
+            after: outcome.before,
+            ..outcome
+        },
         _ => Outcome {
             counted: false,
             remaining: outcome.remaining.saturating_add(op.hits),

@@ -66,6 +66,7 @@ enum Alg {
     Sliding,
     Log,
     Gcra,
+    Concurrency,
 }
 
 /// One generated rule: a key `k<i>` with its limits (or unlimited).
@@ -92,6 +93,9 @@ struct DescGen {
     hits: Option<u64>,
     /// `(requests_per_unit, 0 second | 1 minute | 2 hour)`.
     limit_override: Option<(u32, u8)>,
+    /// Concurrency entries after the rule's: `sid` = `m<member>`, and with
+    /// `true` `rel` (a release).
+    slot: Option<(u8, bool)>,
 }
 
 #[derive(Debug, Clone)]
@@ -121,7 +125,8 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
             Just(Alg::Fixed),
             Just(Alg::Sliding),
             Just(Alg::Log),
-            Just(Alg::Gcra)
+            Just(Alg::Gcra),
+            Just(Alg::Concurrency)
         ],
         proptest::collection::vec((0u64..6, 0usize..WINDOWS.len()), 1..4),
         proptest::option::of(1u64..5),
@@ -136,7 +141,7 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
                 let mut seen = HashSet::new();
                 limits.retain(|&(_, w)| seen.insert(w));
                 let calendar = calendar.filter(|_| alg == Alg::Fixed && !unlimited);
-                if calendar.is_some() {
+                if calendar.is_some() || alg == Alg::Concurrency {
                     limits.truncate(1);
                 }
                 RuleGen {
@@ -159,11 +164,13 @@ fn step_gen() -> impl Strategy<Value = Step> {
         0u8..2,
         proptest::option::weighted(0.4, 0u64..4),
         proptest::option::weighted(0.1, (0u32..5, 0u8..3)),
+        proptest::option::weighted(0.4, (0u8..3, prop::bool::weighted(0.4))),
     )
-        .prop_map(|(key, value, hits, limit_override)| DescGen {
+        .prop_map(|(key, value, hits, limit_override, slot)| DescGen {
             key,
             value,
             hits,
+            slot: slot.filter(|_| limit_override.is_none()),
             limit_override,
         });
     (
@@ -236,6 +243,12 @@ fn yaml(rules: &[RuleGen]) -> String {
             Alg::Sliding => "sliding_window",
             Alg::Log => "sliding_log",
             Alg::Gcra => "gcra",
+            Alg::Concurrency => "concurrency",
+        };
+        let slot_keys = if r.alg == Alg::Concurrency {
+            ", slot_key: sid, release_key: rel"
+        } else {
+            ""
         };
         let one = |&(limit, w): &(u64, usize)| {
             if let Some(c) = r.calendar {
@@ -247,7 +260,7 @@ fn yaml(rules: &[RuleGen]) -> String {
             let (_, unit, mult) = WINDOWS[w];
             let burst = r.burst.map(|b| format!(", burst: {b}")).unwrap_or_default();
             format!(
-                "{{unit: {unit}, unit_multiplier: {mult}, requests_per_unit: {limit}, algorithm: {alg}{burst}"
+                "{{unit: {unit}, unit_multiplier: {mult}, requests_per_unit: {limit}, algorithm: {alg}{burst}{slot_keys}"
             )
         };
         // One limit: a named `rate_limit` (replaceable); several: a list.
@@ -305,6 +318,10 @@ struct Model {
     tat: HashMap<(String, u64, u64), u64>,
     /// Per instance: fixed windows known over: (id, window s, start s).
     cache: [HashSet<(String, u64, u64)>; 2],
+    /// (id, slot lifetime ms) -> held slots: (member, expiry ms).
+    slots: HashMap<(String, u64), Vec<(u64, u64)>>,
+    /// Members of acquires that name no slot (never released).
+    anonymous: u64,
 }
 
 fn ceil_ms(us: u64) -> u64 {
@@ -387,6 +404,59 @@ fn fixed(m: &mut Model, id: &str, limit: u64, w: u64, hits: u64, now: u64, refus
         remaining: if over { 0 } else { limit - after },
         reset_ms,
         counted: true,
+        index: 0,
+        before,
+    }
+}
+
+/// Concurrency: `limit` slots, each living `ttl_ms` from its acquire unless
+/// released; slots expired at or before now are free. An acquire (hits >
+/// 0) of a member holding a slot renews it; of another, takes one if any
+/// is free, else is refused (reset: until the oldest slot expires). A
+/// release frees the member's slot if it holds one and is never refused.
+/// Hits 0 reads (over when every slot is held).
+#[allow(clippy::too_many_arguments)]
+fn concurrency(
+    m: &mut Model,
+    id: &str,
+    limit: u64,
+    ttl_ms: u64,
+    member: u64,
+    release: bool,
+    hits: u64,
+    now: u64,
+) -> Out {
+    let held = m.slots.entry((id.to_owned(), ttl_ms)).or_default();
+    held.retain(|&(_, expiry)| expiry > now);
+    let before = held.len() as u64;
+    let earliest = held.iter().map(|&(_, expiry)| expiry).min();
+    let mine = held.iter().position(|&(m, _)| m == member);
+    let (after, over, counted) = match (hits, release, mine) {
+        (0, _, _) => (before, !release && before >= limit, false),
+        (_, true, Some(at)) => {
+            held.remove(at);
+            (before - 1, false, false)
+        }
+        (_, true, None) => (before, false, false),
+        (_, false, Some(at)) => {
+            held[at].1 = now + ttl_ms;
+            (before, false, false)
+        }
+        (_, false, None) if before < limit => {
+            held.push((member, now + ttl_ms));
+            (before + 1, false, true)
+        }
+        (_, false, None) => (before, true, false),
+    };
+    Out {
+        over,
+        remaining: limit.saturating_sub(after),
+        reset_ms: if over {
+            earliest.map_or(ttl_ms, |expiry| expiry - now)
+        } else {
+            ttl_ms
+        },
+        counted,
         index: 0,
         before,
     }
@@ -608,6 +678,8 @@ fn gcra(m: &mut Model, id: &str, limit: u64, w: u64, burst: u64, hits: u64, now:
 /// One counter operation of a request.
 #[derive(Debug, Clone)]
 struct ModelOp {
+    /// Concurrency: the request's member and whether it releases.
+    slot: Option<(u64, bool)>,
     desc: usize,
     id: String,
     alg: Alg,
@@ -654,6 +726,12 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
             let Some(r) = sc.rules.get(d.key) else {
                 return Plan::None;
             };
+            // Slot entries after a rule's own: only a concurrency limit
+            // takes them; any other rule does not match the longer
+            // descriptor.
+            if d.slot.is_some() && (r.unlimited || r.alg != Alg::Concurrency) {
+                return Plan::None;
+            }
             if r.unlimited {
                 return Plan::Unlimited;
             }
@@ -719,6 +797,7 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
         let pairs: Vec<(u64, u64)> = limits.iter().map(|&(l, w, _)| (l, w)).collect();
         match alg {
             Alg::Sliding | Alg::Log => ops.push(ModelOp {
+                slot: None,
                 desc: i,
                 id,
                 alg: *alg,
@@ -727,9 +806,17 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
                 burst: *burst,
                 hits,
             }),
-            Alg::Fixed | Alg::Gcra => {
+            Alg::Fixed | Alg::Gcra | Alg::Concurrency => {
+                let slot = (*alg == Alg::Concurrency).then(|| match d.slot {
+                    Some((member, release)) => (u64::from(member), release),
+                    None => {
+                        m.anonymous += 1;
+                        (1_000 + m.anonymous, false)
+                    }
+                });
                 for (base, pair) in pairs.into_iter().enumerate() {
                     ops.push(ModelOp {
+                        slot,
                         desc: i,
                         id: id.clone(),
                         alg: *alg,
@@ -791,6 +878,11 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
                 let (limit, w) = op.limits[0];
                 gcra(m, &op.id, limit, w, op.burst.unwrap_or(limit), op.hits, now)
             }
+            Alg::Concurrency => {
+                let (limit, w) = op.limits[0];
+                let (member, release) = op.slot.unwrap_or_default();
+                concurrency(m, &op.id, limit, w * 1_000, member, release, op.hits, now)
+            }
         };
         outs[k] = Some(o);
     }
@@ -822,6 +914,11 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
                         ..*o
                     }
                 }
+                Alg::Concurrency => Out {
+                    remaining: o.remaining + 1,
+                    counted: false,
+                    ..*o
+                },
                 _ => Out {
                     remaining: o.remaining + op.hits,
                     counted: false,
@@ -894,6 +991,13 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
 fn take_back(m: &mut Model, op: &ModelOp, now: u64) {
     let s = now / 1_000;
     match op.alg {
+        Alg::Concurrency => {
+            let ttl_ms = op.limits[0].1 * 1_000;
+            let member = op.slot.map_or(0, |(member, _)| member);
+            if let Some(held) = m.slots.get_mut(&(op.id.clone(), ttl_ms)) {
+                held.retain(|&(m, _)| m != member);
+            }
+        }
         Alg::Fixed => {
             let w = op.limits[0].1;
             if let Some(c) = m
@@ -1029,10 +1133,25 @@ fn check(
                         requests_per_unit: rpu,
                         unit: [Unit::Second, Unit::Minute, Unit::Hour][usize::from(unit)],
                     }),
-                    ..Descriptor::from_pairs([(
-                        format!("k{}", d.key).as_str(),
-                        ["a", "b"][usize::from(d.value)],
-                    )])
+                    ..Descriptor::from_pairs(
+                        [
+                            (
+                                format!("k{}", d.key),
+                                ["a", "b"][usize::from(d.value)].to_owned(),
+                            ),
+                            ("sid".to_owned(), format!("m{}", d.slot.map_or(0, |s| s.0))),
+                            ("rel".to_owned(), "1".to_owned()),
+                        ]
+                        .into_iter()
+                        .take(match d.slot {
+                            None => 1,
+                            Some((_, false)) => 2,
+                            Some((_, true)) => 3,
+                        })
+                        .collect::<Vec<_>>()
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str())),
+                    )
                 })
                 .collect(),
             hits_addend: step.request_hits,

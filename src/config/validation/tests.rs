@@ -542,3 +542,30 @@ descriptors:
          t.yaml: descriptors[6] (key=no_calendar): time_zone and week_start need calendar: true"
     );
 }
+
+#[test]
+fn concurrency_limits_name_their_slot_entries() {
+    let ok = r"
+domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: concurrency, slot_key: request_id, release_key: done}
+";
+    assert_eq!(errors_of(ok), "<loaded>");
+    let bad = r"
+domain: d
+descriptors:
+  - key: missing
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: concurrency}
+  - key: same
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: concurrency, slot_key: id, release_key: id}
+  - key: stray
+    rate_limit: {unit: minute, requests_per_unit: 10, slot_key: id, release_key: done}
+";
+    assert_eq!(
+        errors_of(bad),
+        "t.yaml: descriptors[0] (key=missing): algorithm concurrency needs slot_key (the entry holding the request's id) and release_key (the entry marking its release)\n\
+         t.yaml: descriptors[1] (key=same): slot_key and release_key must differ\n\
+         t.yaml: descriptors[2] (key=stray): slot_key and release_key are only valid with algorithm concurrency"
+    );
+}

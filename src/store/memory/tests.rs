@@ -166,12 +166,14 @@ fn budget_evicts_cold_counters_and_keeps_hot_ones_exact() {
 
 mod snapshots {
     use super::*;
-    use crate::algorithm::{Gcra, Limits, SlidingLog, SlidingWindow};
+    use crate::algorithm::{Concurrency, Gcra, Limits, SlidingLog, SlidingWindow};
     use proptest::prelude::*;
 
-    /// One spec per algorithm, with limits small enough to be reached.
-    fn spec(alg: u8) -> Spec {
-        match alg % 4 {
+    /// One spec per algorithm, with limits small enough to be reached
+    /// (concurrency: 4 acquires, 5 releases, the member given).
+    fn spec(alg: u8, member: u64) -> Spec {
+        match alg % 6 {
+            4 | 5 => Spec::Concurrency(Concurrency::new(2, 10_000).for_member(member, alg == 5)),
             0 => Spec::FixedWindow {
                 window: FixedWindow::new(60),
                 limit: 7,
@@ -182,12 +184,14 @@ mod snapshots {
         }
     }
 
+    /// Concurrency operations take `hits` as the member and count 1.
     fn apply(store: &MemoryStore, alg: u8, key: u8, hits: u64, now: UnixMillis) -> Outcome {
+        let slot = alg % 6 >= 4;
         store.apply(
             batch(vec![Op {
                 id: CounterId::new("d", [("k", format!("{key}").as_str())]),
-                spec: spec(alg),
-                hits,
+                spec: spec(alg, hits),
+                hits: if slot { 1 } else { hits },
             }]),
             now,
         )[0]
@@ -208,9 +212,9 @@ mod snapshots {
         /// answer from both stores.
         #[test]
         fn a_restored_store_answers_as_the_one_it_was_written_from(
-            before in proptest::collection::vec((0u8..4, 0u8..3, 0u64..3, 0u64..4_000), 1..60),
+            before in proptest::collection::vec((0u8..6, 0u8..3, 0u64..3, 0u64..4_000), 1..60),
             down_ms in 0u64..20_000,
-            after in proptest::collection::vec((0u8..4, 0u8..3, 0u64..3, 0u64..4_000), 1..60),
+            after in proptest::collection::vec((0u8..6, 0u8..3, 0u64..3, 0u64..4_000), 1..60),
         ) {
             let dir = tempfile::tempdir().unwrap();
             let original = MemoryStore::with_snapshot(1 << 20, Some(config(&dir)));
