@@ -116,11 +116,6 @@ impl<S: Store> Limiter<S> {
         let now = self.clock.now();
         let domain = request.domain.as_str();
         let known = index.has_domain(domain);
-        let walks: Vec<_> = request
-            .descriptors
-            .iter()
-            .map(|d| index.walk(domain, &d.entries))
-            .collect();
         // `plan` counts unknown domains in the metrics; explain counts
         // nothing, so it never asks for one.
         let mut plans: Vec<Plan<'_>> = request
@@ -132,6 +127,20 @@ impl<S: Store> Limiter<S> {
                 } else {
                     Plan::NoLimit
                 }
+            })
+            .collect();
+        // The walk of the entries that name the rule (a concurrency
+        // limit's slot entries follow them, matched by no node).
+        let walks: Vec<_> = request
+            .descriptors
+            .iter()
+            .zip(&plans)
+            .map(|(d, plan)| {
+                let own = match plan {
+                    Plan::Limited { entries, .. } => d.entries.get(..*entries),
+                    _ => None,
+                };
+                index.walk(domain, own.unwrap_or(&d.entries))
             })
             .collect();
         let names: Vec<Vec<Arc<str>>> = plans

@@ -135,6 +135,21 @@ pub(crate) async fn concurrency_slots(backend: Backend) {
         (Code::Ok, 1),
         "tenants apart"
     );
+    // `/explain` names the rule and shows the slots held, taking none.
+    let explained = a
+        .explain(&Request {
+            domain: "conf".into(),
+            descriptors: vec![Descriptor::from_pairs([
+                ("tenant", "t"),
+                ("request_id", "r7"),
+            ])],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap();
+    let d = &explained.descriptors[0];
+    assert_eq!(d.rule.as_deref(), Some("conf.tenant"));
+    assert_eq!((d.windows[0].count, d.windows[0].remaining), (2, 0));
     // Stray and repeated releases make no room.
     assert_eq!(slot(&a, "t", "r9", true).await, (Code::Ok, 0));
     assert_eq!(slot(&a, "t", "r3", false).await, (Code::OverLimit, 0));
