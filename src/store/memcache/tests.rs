@@ -1,6 +1,9 @@
+use super::ops::answer;
 use super::*;
 use crate::algorithm::FixedWindow;
+use crate::algorithm::Spec;
 use crate::store::CounterId;
+use crate::store::Op;
 
 fn op(limit: u64, hits: u64) -> Op {
     Op {
