@@ -19,8 +19,14 @@
 //! file declares are tracked), each at most
 //! [`TopRecorder::max_domain_bytes`], whatever the number of distinct
 //! descriptors. Recording one descriptor is a keyed hash of its entries and
-//! a short critical section under its domain's lock; it allocates only
-//! when an item is new to a slot with a free counter.
+//! a short critical section under the lock of its domain's shard for the
+//! recording thread: each domain has one set of rings per shard (as many
+//! as the machine's cores, at most [`MAX_SHARDS`], each built when a
+//! thread first records there), so threads recording at once never wait
+//! for each other or share a lock. It allocates only when an item is new
+//! to a slot with a free counter. A query merges every shard's slots as it
+//! merges slots: the bounds hold, since each shard's summaries bound what
+//! they saw.
 
 use super::summary::{Label, SpaceSaving};
 use crate::clock::UnixMillis;
@@ -39,6 +45,30 @@ pub(crate) const SLOTS: usize = 6;
 
 /// Most domains tracked at once.
 pub(crate) const MAX_DOMAINS: usize = 32;
+
+/// Most shards per domain.
+pub(crate) const MAX_SHARDS: usize = 8;
+
+/// Shards per domain: the cores this process may use, at most
+/// [`MAX_SHARDS`].
+fn shard_count() -> usize {
+    static COUNT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *COUNT.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .clamp(1, MAX_SHARDS)
+    })
+}
+
+/// The shard the current thread records into: threads take shards in
+/// turn, so the runtime's workers each get one of their own.
+fn my_shard() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    SHARD.with(|shard| *shard % shard_count())
+}
 
 /// What a top list ranks by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,7 +258,10 @@ pub struct TopRecorder {
 /// most [`MAX_DOMAINS`] names from rule files, so a caller's domain probes
 /// at most that many entries whatever it hashes to, and no keyed (slower)
 /// hash is needed there.
-type Domains = HashMap<Box<str>, Arc<Mutex<DomainTop>>, fnv::FnvBuildHasher>;
+type Domains = HashMap<Box<str>, Arc<Shards>, fnv::FnvBuildHasher>;
+
+/// One domain's rings, one set per shard (built on first use).
+type Shards = [Mutex<Option<Box<DomainTop>>>];
 
 impl Default for TopRecorder {
     fn default() -> Self {
@@ -273,7 +306,8 @@ impl TopRecorder {
                 return;
             }
         }
-        domains.insert(domain.into(), Arc::new(Mutex::new(DomainTop::new())));
+        let shards: Arc<Shards> = (0..shard_count()).map(|_| Mutex::new(None)).collect();
+        domains.insert(domain.into(), shards);
         self.domains.store(Arc::new(domains));
     }
 
@@ -292,7 +326,10 @@ impl TopRecorder {
             self.add_domain(domain, is_known);
             domains = self.domains.load();
         }
-        let Some(top) = domains.get(domain) else {
+        let Some(shard) = domains
+            .get(domain)
+            .and_then(|shards| shards.get(my_shard()))
+        else {
             return;
         };
         for (entries, hits, over) in descriptors {
@@ -303,7 +340,8 @@ impl TopRecorder {
             let label = |label: &mut Label| {
                 label.set(entries.iter().map(|e| (e.key.as_str(), e.value.as_str())));
             };
-            let top = &mut *top.lock();
+            let mut shard = shard.lock();
+            let top = shard.get_or_insert_with(|| Box::new(DomainTop::new()));
             for ring in [&mut top.minute, &mut top.hour] {
                 if let Some(slot) = ring.current(now) {
                     slot.hits.add(hash, hits, label);
@@ -324,11 +362,15 @@ impl TopRecorder {
         n: usize,
         now: UnixMillis,
     ) -> Vec<TopItem> {
-        let Some(top) = self.domains.load().get(domain).cloned() else {
+        let Some(shards) = self.domains.load().get(domain).cloned() else {
             return Vec::new();
         };
-        let top = top.lock();
-        let slots: Vec<&SpaceSaving> = top.ring(window).live(now).map(|s| s.summary(by)).collect();
+        let locked: Vec<_> = shards.iter().map(|shard| shard.lock()).collect();
+        let slots: Vec<&SpaceSaving> = locked
+            .iter()
+            .filter_map(|shard| shard.as_deref())
+            .flat_map(|top| top.ring(window).live(now).map(|s| s.summary(by)))
+            .collect();
         let mut merged: HashMap<u64, TopItem> = HashMap::new();
         for summary in &slots {
             for held in summary.items() {
@@ -367,13 +409,19 @@ impl TopRecorder {
 
     /// Total hits (by `by`) of `domain` over `window`, exact.
     pub fn total(&self, domain: &str, by: By, window: Window, now: UnixMillis) -> u64 {
-        let Some(top) = self.domains.load().get(domain).cloned() else {
+        let Some(shards) = self.domains.load().get(domain).cloned() else {
             return 0;
         };
-        let top = top.lock();
-        top.ring(window)
-            .live(now)
-            .map(|s| s.summary(by).total())
+        shards
+            .iter()
+            .map(|shard| {
+                shard.lock().as_deref().map_or(0, |top| {
+                    top.ring(window)
+                        .live(now)
+                        .map(|s| s.summary(by).total())
+                        .fold(0, u64::saturating_add)
+                })
+            })
             .fold(0, u64::saturating_add)
     }
 
@@ -389,17 +437,23 @@ impl TopRecorder {
         self.domains
             .load()
             .values()
-            .map(|top| {
-                let top = top.lock();
-                top.minute.heap_bytes() + top.hour.heap_bytes()
+            .flat_map(|shards| shards.iter())
+            .map(|shard| {
+                shard
+                    .lock()
+                    .as_deref()
+                    .map_or(0, |top| top.minute.heap_bytes() + top.hour.heap_bytes())
             })
             .sum()
     }
 
-    /// The most heap bytes one domain can hold: two rings of `SLOTS`
-    /// slots, each two summaries of `TOP_K` counters.
+    /// The most heap bytes one domain can hold: per shard, two rings of
+    /// `SLOTS` slots, each two summaries of `TOP_K` counters.
     pub fn max_domain_bytes() -> usize {
-        2 * SLOTS * (std::mem::size_of::<Slot>() + 2 * SpaceSaving::max_heap_bytes(TOP_K))
+        shard_count()
+            * (std::mem::size_of::<DomainTop>()
+                + 2 * SLOTS
+                    * (std::mem::size_of::<Slot>() + 2 * SpaceSaving::max_heap_bytes(TOP_K)))
     }
 }
 
@@ -415,6 +469,38 @@ mod tests {
 
     fn at_secs(secs: u64) -> UnixMillis {
         UnixMillis(T0.0 + secs * 1_000)
+    }
+
+    #[test]
+    fn threads_record_into_shards_that_queries_merge() {
+        let top = Arc::new(TopRecorder::default());
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let top = Arc::clone(&top);
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        let hot = entries("hot");
+                        let own = entries(&format!("t{t}"));
+                        top.record(
+                            "d",
+                            [(hot.as_slice(), 1, 0), (own.as_slice(), 2, 1)],
+                            T0,
+                            |_| true,
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let items = top.top("d", By::Hits, Window::Minute, 10, T0);
+        assert_eq!(items[0].entries, [("user".to_owned(), "hot".to_owned())]);
+        assert_eq!((items[0].count, items[0].error), (400, 0));
+        assert!(items[1..].iter().all(|i| i.count == 200 && i.error == 0));
+        assert_eq!(top.total("d", By::Hits, Window::Minute, T0), 400 + 4 * 200);
+        assert_eq!(top.total("d", By::OverLimit, Window::Minute, T0), 400);
+        assert!(top.heap_bytes() <= TopRecorder::max_domain_bytes());
     }
 
     #[test]

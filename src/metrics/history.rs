@@ -157,9 +157,10 @@ impl Metrics {
         use std::sync::atomic::Ordering::Relaxed;
         let (decisions, over_limit) =
             self.decisions
-                .read()
+                .load()
                 .values()
-                .fold((0u64, 0u64), |(all, over), [ok, over_limit]| {
+                .fold((0u64, 0u64), |(all, over), counts| {
+                    let [ok, over_limit] = &**counts;
                     let over_limit = over_limit.load(Relaxed);
                     (
                         all.saturating_add(ok.load(Relaxed))

@@ -23,6 +23,7 @@ pub(crate) mod process;
 mod reload;
 mod render;
 pub(crate) mod rlqs;
+mod series;
 pub(crate) mod statsd;
 pub(crate) mod statsd_names;
 pub(crate) mod store;
@@ -35,8 +36,8 @@ pub use reload::ReloadStats;
 pub(crate) use render::{render_memory_store, render_redis_calls};
 
 use histogram::Histogram;
-use parking_lot::RwLock;
-use std::collections::HashMap;
+use series::Series;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -108,10 +109,10 @@ fn bounded_label(text: &str) -> &str {
 pub struct Metrics {
     near_limit_ratio: f64,
     max_series: usize,
-    rules: RwLock<HashMap<String, Arc<RuleCounters>>>,
-    domains_not_found: RwLock<HashMap<String, AtomicU64>>,
+    rules: Series<RuleCounters>,
+    domains_not_found: Series<AtomicU64>,
     /// Answers per domain a rule file defines: `[OK, OVER_LIMIT]`.
-    decisions: RwLock<HashMap<String, [AtomicU64; 2]>>,
+    decisions: Series<[AtomicU64; 2]>,
     series_dropped: AtomicU64,
     global_shadow_mode: AtomicU64,
     total_requests: AtomicU64,
@@ -143,9 +144,9 @@ impl Metrics {
         Self {
             near_limit_ratio,
             max_series,
-            rules: RwLock::new(HashMap::new()),
-            domains_not_found: RwLock::new(HashMap::new()),
-            decisions: RwLock::new(HashMap::new()),
+            rules: Series::default(),
+            domains_not_found: Series::default(),
+            decisions: Series::default(),
             series_dropped: AtomicU64::new(0),
             global_shadow_mode: AtomicU64::new(0),
             total_requests: AtomicU64::new(0),
@@ -165,29 +166,23 @@ impl Metrics {
     /// The counters of `stats_key`, created on first use while under the
     /// series cap.
     fn rule(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
-        let stats_key = bounded_label(stats_key);
-        if let Some(counters) = self.rules.read().get(stats_key) {
-            return Some(counters.clone());
-        }
-        let mut rules = self.rules.write();
-        if let Some(counters) = rules.get(stats_key) {
-            return Some(counters.clone());
-        }
-        if rules.len() >= self.max_series {
-            return None;
-        }
-        let counters = Arc::new(RuleCounters::default());
-        rules.insert(stats_key.to_owned(), counters.clone());
-        Some(counters)
+        self.rules
+            .get_or_add(bounded_label(stats_key), self.max_series)
     }
 
     /// Records one limited descriptor with the reference's hits-aware
     /// accounting (near/over/within/shadow).
     pub fn record_rule(&self, stats_key: &str, hit: RuleHit) {
-        // The common case: a known series, counted under the read lock
-        // without touching its reference count.
-        if let Some(counters) = self.rules.read().get(bounded_label(stats_key)) {
-            self.count_rule(counters, hit);
+        // The common case: a known series, counted without a lock or a
+        // reference count (no write any other request shares but the
+        // series' own counters).
+        if self
+            .rules
+            .with(bounded_label(stats_key), |counters| {
+                self.count_rule(counters, hit)
+            })
+            .is_some()
+        {
             return;
         }
         match self.rule(stats_key) {
@@ -257,40 +252,32 @@ impl Metrics {
     /// Counts a request for a domain no rule file defines.
     pub fn record_domain_not_found(&self, domain: &str) {
         let domain = bounded_label(domain);
-        if let Some(counter) = self.domains_not_found.read().get(domain) {
-            counter.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let mut domains = self.domains_not_found.write();
-        if domains.len() >= self.max_series.min(MAX_UNKNOWN_DOMAINS)
-            && !domains.contains_key(domain)
+        match self
+            .domains_not_found
+            .get_or_add(domain, self.max_series.min(MAX_UNKNOWN_DOMAINS))
         {
-            self.series_dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        domains
-            .entry(domain.to_owned())
-            .or_default()
-            .fetch_add(1, Ordering::Relaxed);
+            Some(counter) => counter.fetch_add(1, Ordering::Relaxed),
+            None => self.series_dropped.fetch_add(1, Ordering::Relaxed),
+        };
     }
 
     /// Counts one answer for `domain` (one the rules define: callers
     /// cannot grow the series), OVER_LIMIT or OK.
     pub fn record_decision(&self, domain: &str, over_limit: bool) {
         let at = usize::from(over_limit);
-        if let Some(counters) = self.decisions.read().get(domain) {
+        let count = |counters: &[AtomicU64; 2]| {
             if let Some(counter) = counters.get(at) {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
+        };
+        if self.decisions.with(domain, count).is_some() {
             return;
         }
-        let mut decisions = self.decisions.write();
-        if decisions.len() >= self.max_series && !decisions.contains_key(domain) {
-            self.series_dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if let Some(counter) = decisions.entry(domain.to_owned()).or_default().get(at) {
-            counter.fetch_add(1, Ordering::Relaxed);
+        match self.decisions.get_or_add(domain, self.max_series) {
+            Some(counters) => count(&counters),
+            None => {
+                self.series_dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -340,7 +327,7 @@ impl Metrics {
 
     /// The counters of one stats key, if tracked (for tests and tools).
     pub fn rule_counters(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
-        self.rules.read().get(stats_key).cloned()
+        self.rules.load().get(stats_key).cloned()
     }
 }
 

@@ -10,7 +10,7 @@ impl Metrics {
     /// reload counts (`config_load_success` / `config_load_error`).
     pub fn render(&self, reloads: Option<&ReloadStats>) -> String {
         let mut out = String::with_capacity(4_096);
-        let rules = self.rules.read();
+        let rules = self.rules.load();
         let mut keys: Vec<_> = rules.iter().collect();
         keys.sort_by_key(|(key, _)| *key);
         type Stat = fn(&RuleCounters) -> &AtomicU64;
@@ -47,11 +47,11 @@ impl Metrics {
             out,
             "# HELP {name} Answers to ShouldRateLimit per domain the rules define, by overall code.\n# TYPE {name} counter"
         );
-        let decisions = self.decisions.read();
+        let decisions = self.decisions.load();
         let mut names: Vec<_> = decisions.iter().collect();
         names.sort_by_key(|(domain, _)| *domain);
         for (domain, counts) in names {
-            for (code, count) in ["OK", "OVER_LIMIT"].iter().zip(counts) {
+            for (code, count) in ["OK", "OVER_LIMIT"].iter().zip(counts.iter()) {
                 let _ = writeln!(
                     out,
                     "{name}{{domain=\"{}\",code=\"{code}\"}} {}",
@@ -66,7 +66,7 @@ impl Metrics {
             out,
             "# HELP {name} Requests for a domain no rule file defines.\n# TYPE {name} counter"
         );
-        let domains = self.domains_not_found.read();
+        let domains = self.domains_not_found.load();
         let mut names: Vec<_> = domains.iter().collect();
         names.sort_by_key(|(domain, _)| *domain);
         for (domain, count) in names {

@@ -189,7 +189,7 @@ impl Metrics {
             ("shadow_mode", |c| &c.shadow_mode),
         ];
         {
-            let rules = self.rules.read();
+            let rules = self.rules.load();
             let mut keys: Vec<(&String, &std::sync::Arc<RuleCounters>)> = rules.iter().collect();
             keys.sort_by(|a, b| a.0.cmp(b.0));
             for (key, counters) in keys {
@@ -203,8 +203,9 @@ impl Metrics {
             }
         }
         {
-            let domains = self.domains_not_found.read();
-            let mut names: Vec<(&String, &AtomicU64)> = domains.iter().collect();
+            let domains = self.domains_not_found.load();
+            let mut names: Vec<(&String, &AtomicU64)> =
+                domains.iter().map(|(k, v)| (k, &**v)).collect();
             names.sort_by(|a, b| a.0.cmp(b.0));
             for (domain, count) in names {
                 push(

@@ -23,7 +23,7 @@ fn series_from_request_data_are_bounded_in_count_and_length() {
         "a label longer than the bound"
     );
     // The two long keys share their cut series.
-    assert_eq!(m.rules.read().len(), 1);
+    assert_eq!(m.rules.load().len(), 1);
     assert_eq!(
         m.series_dropped.load(Ordering::Relaxed),
         1_000 - MAX_UNKNOWN_DOMAINS as u64
