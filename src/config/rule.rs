@@ -177,4 +177,8 @@ pub struct Rule {
     /// The config nodes from the top level down to this rule's node; one per
     /// entry of a matching request.
     pub path: Vec<PathStep>,
+    /// The store operations its limits become, each with the index of the
+    /// first limit it covers ([`specs`](super::specs::specs)), built once
+    /// at load; empty when unlimited.
+    pub specs: Vec<(crate::algorithm::Spec, usize)>,
 }

@@ -8,7 +8,8 @@ use super::Limiter;
 use super::answer::{Code, Status};
 use super::error::LimitError;
 use super::pick::{Overall, pick};
-use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations, single_spec};
+use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations};
+use crate::config::single_spec;
 use crate::config::{Limit, Lookup, Policy, StepMatch};
 use crate::descriptor::Request;
 use crate::store::{Batch, Op, Store};
@@ -171,7 +172,7 @@ impl<S: Store> Limiter<S> {
                     id.clone()
                 }
             };
-            for (spec, base) in specs {
+            for &(spec, base) in specs.iter() {
                 let op_id = id_of(base);
                 let cached = self
                     .local_cache

@@ -157,7 +157,7 @@ impl<S: Store> Limiter<S> {
             };
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
             let last = specs.len().saturating_sub(1);
-            for (n, (spec, base)) in specs.into_iter().enumerate() {
+            for (n, &(spec, base)) in specs.iter().enumerate() {
                 let candidate = is_candidate(limits, base).then(|| id.candidate(base));
                 let mut slot = Pending {
                     plan: i,

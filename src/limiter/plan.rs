@@ -3,10 +3,8 @@
 //! counter identities, the reference's stats keys).
 
 use super::Limiter;
-use crate::algorithm::{
-    Concurrency, FixedWindow, Gcra, Limits, Outcome, SlidingLog, SlidingWindow, Spec,
-};
-use crate::config::{Algorithm, Index, Limit, Lookup, Metadata, Policy};
+use crate::algorithm::{Outcome, Spec};
+use crate::config::{Algorithm, Index, Limit, Lookup, Metadata, Policy, specs};
 use crate::descriptor::{Descriptor, Entry};
 use crate::store::{CounterId, Store};
 use std::borrow::Cow;
@@ -28,6 +26,9 @@ pub(super) enum Plan<'a> {
         /// The limits to enforce (borrowed from the rules, or one built from
         /// a request override); never empty.
         limits: Cow<'a, [Limit]>,
+        /// Their store operations: the rule's, built at load, unless an
+        /// override or `replaces` changed the limits.
+        specs: Cow<'a, [(Spec, usize)]>,
         shadow_mode: bool,
         quota_mode: bool,
         /// Names of limits this one drops from the same request.
@@ -47,90 +48,10 @@ pub(super) enum Plan<'a> {
     },
 }
 
-/// The store operations a descriptor's limits become, each with the index
-/// of the first limit it covers: sliding windows and logs decide all their
-/// enforced windows in one operation; fixed windows and GCRA have one state
-/// per limit. Shadow (candidate) limits come last in a rule and are decided
-/// one by one, each on counters of its own ([`CounterId::candidate`]), so
-/// they never change what the enforced limits admit.
-pub(super) fn specs(limits: &[Limit]) -> Vec<(Spec, usize)> {
-    let enforced = limits.partition_point(|l| !l.shadow_mode);
-    let (group, candidates) = limits.split_at(enforced);
-    let candidates = candidates
-        .iter()
-        .enumerate()
-        .map(|(i, limit)| (single_spec(limit), enforced + i));
-    let Some(first) = group.first() else {
-        return candidates.collect();
-    };
-    match first.algorithm {
-        Algorithm::SlidingWindow => {
-            let pairs = group
-                .iter()
-                .map(|l| (u64::from(l.requests_per_unit), l.window_secs()));
-            let count_rejected = group.iter().any(|l| l.count_rejected);
-            std::iter::once((
-                Spec::SlidingWindow(SlidingWindow::new(Limits::new(pairs), count_rejected)),
-                0,
-            ))
-            .chain(candidates)
-            .collect()
-        }
-        Algorithm::SlidingLog => {
-            let pairs = group.iter().map(|l| {
-                (
-                    u64::from(l.requests_per_unit),
-                    l.window_secs().saturating_mul(1_000),
-                )
-            });
-            std::iter::once((Spec::SlidingLog(SlidingLog::new(Limits::new(pairs))), 0))
-                .chain(candidates)
-                .collect()
-        }
-        Algorithm::FixedWindow | Algorithm::Gcra | Algorithm::Concurrency => group
-            .iter()
-            .enumerate()
-            .map(|(i, limit)| (single_spec(limit), i))
-            .chain(candidates)
-            .collect(),
-    }
-}
-
 /// Whether the operation covering `limits[base]` is a shadow (candidate)
 /// limit's, counted under [`CounterId::candidate`].
 pub(super) fn is_candidate(limits: &[Limit], base: usize) -> bool {
     limits.get(base).is_some_and(|l| l.shadow_mode)
-}
-
-/// The operation of one limit on its own.
-pub(super) fn single_spec(limit: &Limit) -> Spec {
-    let requests = u64::from(limit.requests_per_unit);
-    match limit.algorithm {
-        Algorithm::Gcra => Spec::Gcra(Gcra::new(
-            requests,
-            limit.window_secs().saturating_mul(1_000),
-            limit.burst.map_or(requests, u64::from),
-        )),
-        Algorithm::SlidingWindow => Spec::SlidingWindow(SlidingWindow::new(
-            Limits::new([(requests, limit.window_secs())]),
-            limit.count_rejected,
-        )),
-        Algorithm::SlidingLog => Spec::SlidingLog(SlidingLog::new(Limits::new([(
-            requests,
-            limit.window_secs().saturating_mul(1_000),
-        )]))),
-        Algorithm::Concurrency => Spec::Concurrency(Concurrency::new(
-            requests,
-            limit.window_secs().saturating_mul(1_000),
-        )),
-        Algorithm::FixedWindow => Spec::FixedWindow {
-            window: limit.calendar.map_or_else(
-                || FixedWindow::new(limit.window_secs()),
-                FixedWindow::on_calendar,
-            ),
-            limit: requests,
-        },
-    }
 }
 
 /// The answer given without the store: a fresh window (`over` false) or an
@@ -175,19 +96,21 @@ impl<S: Store> Limiter<S> {
             if !index.has_domain(domain) {
                 return Plan::NoLimit;
             }
+            let limits = vec![Limit {
+                name: None,
+                requests_per_unit: limit_override.requests_per_unit,
+                unit: limit_override.unit,
+                unit_multiplier: NonZeroU32::MIN,
+                algorithm: Algorithm::FixedWindow,
+                burst: None,
+                count_rejected: false,
+                shadow_mode: false,
+                calendar: None,
+                slot: None,
+            }];
             return Plan::Limited {
-                limits: Cow::Owned(vec![Limit {
-                    name: None,
-                    requests_per_unit: limit_override.requests_per_unit,
-                    unit: limit_override.unit,
-                    unit_multiplier: NonZeroU32::MIN,
-                    algorithm: Algorithm::FixedWindow,
-                    burst: None,
-                    count_rejected: false,
-                    shadow_mode: false,
-                    calendar: None,
-                    slot: None,
-                }]),
+                specs: Cow::Owned(specs(&limits)),
+                limits: Cow::Owned(limits),
                 shadow_mode: false,
                 quota_mode: self.options.global_quota_mode,
                 replaces: &[],
@@ -214,6 +137,7 @@ impl<S: Store> Limiter<S> {
                 Policy::Limited(limits) if limits.is_empty() => Plan::NoLimit,
                 Policy::Limited(limits) => Plan::Limited {
                     limits: Cow::Borrowed(limits),
+                    specs: Cow::Borrowed(&matched.rule.specs),
                     shadow_mode: matched.rule.shadow_mode,
                     quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
                     replaces: &matched.rule.replaces,
@@ -275,6 +199,7 @@ impl<S: Store> Limiter<S> {
         let member = xxhash_rust::xxh3::xxh3_64(slot_entry.value.as_bytes());
         Some(Plan::Limited {
             limits: Cow::Borrowed(limits),
+            specs: Cow::Borrowed(&matched.rule.specs),
             shadow_mode: matched.rule.shadow_mode,
             quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
             replaces: &matched.rule.replaces,
@@ -304,7 +229,12 @@ pub(super) fn apply_replaces(plans: &mut [Plan<'_>]) {
     }
     let is_replaced = |limit: &Limit| limit.name.as_ref().is_some_and(|n| replaced.contains(n));
     for plan in plans.iter_mut() {
-        let Plan::Limited { limits, .. } = plan else {
+        let Plan::Limited {
+            limits,
+            specs: operations,
+            ..
+        } = plan
+        else {
             continue;
         };
         if !limits.iter().any(is_replaced) {
@@ -314,6 +244,7 @@ pub(super) fn apply_replaces(plans: &mut [Plan<'_>]) {
         if kept.is_empty() {
             *plan = Plan::NoLimit;
         } else {
+            *operations = Cow::Owned(specs(&kept));
             *limits = Cow::Owned(kept);
         }
     }
@@ -334,7 +265,7 @@ pub(super) fn runtime_stats_key(domain: &str, descriptor: &Descriptor) -> String
 
 /// A limited plan's limits, counter identity and operations (each with the
 /// index of the first limit it covers).
-pub(super) type Operations<'p> = (&'p [Limit], CounterId, Vec<(Spec, usize)>);
+pub(super) type Operations<'p> = (&'p [Limit], CounterId, Cow<'p, [(Spec, usize)]>);
 
 /// What a limited plan asks of the store for `descriptor`: its limits, its
 /// counter identity (of the descriptor's own entries, not a concurrency
@@ -347,6 +278,7 @@ pub(super) fn operations<'p>(
 ) -> Option<Operations<'p>> {
     let Plan::Limited {
         limits,
+        specs,
         shared,
         entries,
         slot,
@@ -357,9 +289,11 @@ pub(super) fn operations<'p>(
     };
     let own = descriptor.entries.get(..*entries).unwrap_or_default();
     let id = counter_id(domain, own, shared);
-    let mut specs = specs(limits);
+    // Borrowed from the rule: copied only for a concurrency limit, whose
+    // operations carry the request's member.
+    let mut specs = Cow::Borrowed(&**specs);
     if let Some((member, release)) = *slot {
-        for (spec, _) in &mut specs {
+        for (spec, _) in specs.to_mut() {
             if let Spec::Concurrency(c) = spec {
                 *c = c.for_member(member, release);
             }

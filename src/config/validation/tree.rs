@@ -135,6 +135,10 @@ pub(super) fn add_descriptors(
             _ => None,
         };
         let rule = checked.map(|(policy, replaces)| Rule {
+            specs: match &policy {
+                Policy::Limited(limits) => crate::config::specs(limits),
+                Policy::Unlimited => Vec::new(),
+            },
             full_key: full_key.clone(),
             policy,
             replaces,
