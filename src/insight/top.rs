@@ -28,11 +28,14 @@
 //! merges slots: the bounds hold, since each shard's summaries bound what
 //! they saw.
 
+mod rings;
+
 use super::summary::{Label, SpaceSaving};
 use crate::clock::UnixMillis;
 use crate::descriptor::Entry;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
+use rings::{DomainTop, Slot};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Arc;
@@ -140,106 +143,6 @@ pub struct TopItem {
     pub count: u64,
     /// Bound on the overcount: the true number is at least `count - error`.
     pub error: u64,
-}
-
-/// One time slot: what happened in it.
-#[derive(Debug)]
-struct Slot {
-    /// Slot number (seconds since the epoch / slot length); `None` unused.
-    epoch: Option<u64>,
-    hits: SpaceSaving,
-    over: SpaceSaving,
-}
-
-impl Slot {
-    fn new() -> Self {
-        Self {
-            epoch: None,
-            hits: SpaceSaving::new(TOP_K),
-            over: SpaceSaving::new(TOP_K),
-        }
-    }
-
-    fn summary(&self, by: By) -> &SpaceSaving {
-        match by {
-            By::Hits => &self.hits,
-            By::OverLimit => &self.over,
-        }
-    }
-}
-
-/// A ring of `SLOTS` slots of one length.
-#[derive(Debug)]
-struct Ring {
-    window: Window,
-    slots: Vec<Slot>,
-}
-
-impl Ring {
-    fn new(window: Window) -> Self {
-        Self {
-            window,
-            slots: (0..SLOTS).map(|_| Slot::new()).collect(),
-        }
-    }
-
-    fn epoch(&self, now: UnixMillis) -> u64 {
-        now.as_secs() / self.window.slot_secs()
-    }
-
-    /// The slot of `now`, emptied first when it last held an older epoch.
-    fn current(&mut self, now: UnixMillis) -> Option<&mut Slot> {
-        let epoch = self.epoch(now);
-        let at = usize::try_from(epoch % SLOTS as u64).unwrap_or(0);
-        let slot = self.slots.get_mut(at)?;
-        if slot.epoch != Some(epoch) {
-            slot.epoch = Some(epoch);
-            slot.hits.clear();
-            slot.over.clear();
-        }
-        Some(slot)
-    }
-
-    /// The slots inside the window ending at `now`.
-    fn live(&self, now: UnixMillis) -> impl Iterator<Item = &Slot> {
-        let epoch = self.epoch(now);
-        let oldest = epoch.saturating_sub(SLOTS as u64 - 1);
-        self.slots
-            .iter()
-            .filter(move |s| s.epoch.is_some_and(|e| e >= oldest && e <= epoch))
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot>()
-            + self
-                .slots
-                .iter()
-                .map(|s| s.hits.heap_bytes() + s.over.heap_bytes())
-                .sum::<usize>()
-    }
-}
-
-/// One domain's rings.
-#[derive(Debug)]
-struct DomainTop {
-    minute: Ring,
-    hour: Ring,
-}
-
-impl DomainTop {
-    fn new() -> Self {
-        Self {
-            minute: Ring::new(Window::Minute),
-            hour: Ring::new(Window::Hour),
-        }
-    }
-
-    fn ring(&self, window: Window) -> &Ring {
-        match window {
-            Window::Minute => &self.minute,
-            Window::Hour => &self.hour,
-        }
-    }
 }
 
 /// Per-domain heavy hitters; shared by the limiter (which records) and the
