@@ -4,15 +4,14 @@
 //! new value every call), one and three descriptors per request.
 #![allow(missing_docs)]
 
-use arc_swap::ArcSwap;
+#[path = "common/mod.rs"]
+mod common;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use floodgate::Limiter;
+use floodgate::StoreKind;
 use floodgate::{Descriptor, Request};
-use floodgate::{Limiter, LimiterOptions};
-use floodgate::{LoadOptions, Source, load_sources};
-use floodgate::{ManualClock, UnixMillis};
-use floodgate::{MemoryStore, StoreKind};
 use std::hint::black_box;
-use std::sync::Arc;
 
 const RULES: &str = "
 domain: bench
@@ -28,20 +27,7 @@ descriptors:
 ";
 
 fn limiter() -> Limiter<StoreKind> {
-    let index = load_sources(
-        &[Source {
-            name: "bench.yaml".into(),
-            text: RULES.into(),
-        }],
-        &LoadOptions::default(),
-    )
-    .expect("bench rules are valid");
-    Limiter::new(
-        Arc::new(ArcSwap::from_pointee(index)),
-        StoreKind::Memory(MemoryStore::new()),
-        Arc::new(ManualClock::new(UnixMillis::from_secs(1_700_000_000))),
-        LimiterOptions::default(),
-    )
+    common::memory_limiter(RULES)
 }
 
 fn request(value: &str, three: bool) -> Request {
