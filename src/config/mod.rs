@@ -24,7 +24,7 @@ mod validation;
 mod watch;
 pub(crate) mod xds;
 
-pub(crate) use index::{Algorithm, Limit, Policy, Rule, StepMatch, Walk};
+pub(crate) use index::{Algorithm, Limit, Match, Policy, Rule, StepMatch, Walk};
 pub use index::{Index, Lookup};
 pub(crate) use index::{Metadata, SharedIndex};
 pub(crate) use specs::{single_spec, specs};

@@ -4,7 +4,7 @@
 
 use super::Limiter;
 use crate::algorithm::{Outcome, Spec};
-use crate::config::{Algorithm, Index, Limit, Lookup, Metadata, Policy, specs};
+use crate::config::{Algorithm, Index, Limit, Lookup, Match, Metadata, Policy, specs};
 use crate::descriptor::{Descriptor, Entry};
 use crate::store::{CounterId, Store};
 use std::borrow::Cow;
@@ -135,24 +135,40 @@ impl<S: Store> Limiter<S> {
                     replaces: &matched.rule.replaces,
                 },
                 Policy::Limited(limits) if limits.is_empty() => Plan::NoLimit,
-                Policy::Limited(limits) => Plan::Limited {
-                    limits: Cow::Borrowed(limits),
-                    specs: Cow::Borrowed(&matched.rule.specs),
-                    shadow_mode: matched.rule.shadow_mode,
-                    quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
-                    replaces: &matched.rule.replaces,
-                    stats_key: matched.stats_key_cow(&descriptor.entries),
-                    shared: matched.shared,
-                    metadata: matched.rule.metadata.as_ref(),
-                    entries: descriptor.entries.len(),
+                Policy::Limited(limits) => {
                     // A concurrency limit reached without a slot entry: a
                     // slot no release can name, freed when it expires.
-                    slot: limits
+                    let slot = limits
                         .iter()
                         .any(|l| l.algorithm == Algorithm::Concurrency)
-                        .then(|| (rand::random::<u64>(), false)),
-                },
+                        .then(|| (rand::random::<u64>(), false));
+                    self.limited(matched, limits, &descriptor.entries, slot)
+                }
             },
+        }
+    }
+
+    /// The plan of a matched rule's `limits` for the request entries `own`
+    /// that name its counter (all the descriptor's, but a concurrency
+    /// limit's slot entries), with the request's concurrency `slot`.
+    fn limited<'a>(
+        &self,
+        matched: Match<'a>,
+        limits: &'a [Limit],
+        own: &[Entry],
+        slot: Option<(u64, bool)>,
+    ) -> Plan<'a> {
+        Plan::Limited {
+            limits: Cow::Borrowed(limits),
+            specs: Cow::Borrowed(&matched.rule.specs),
+            shadow_mode: matched.rule.shadow_mode,
+            quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
+            replaces: &matched.rule.replaces,
+            stats_key: matched.stats_key_cow(own),
+            shared: matched.shared,
+            metadata: matched.rule.metadata.as_ref(),
+            entries: own.len(),
+            slot,
         }
     }
 
@@ -197,18 +213,7 @@ impl<S: Store> Limiter<S> {
             return None;
         }
         let member = xxhash_rust::xxh3::xxh3_64(slot_entry.value.as_bytes());
-        Some(Plan::Limited {
-            limits: Cow::Borrowed(limits),
-            specs: Cow::Borrowed(&matched.rule.specs),
-            shadow_mode: matched.rule.shadow_mode,
-            quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
-            replaces: &matched.rule.replaces,
-            stats_key: matched.stats_key_cow(own),
-            shared: matched.shared,
-            metadata: matched.rule.metadata.as_ref(),
-            entries: slot_at,
-            slot: Some((member, release)),
-        })
+        Some(self.limited(matched, limits, own, Some((member, release))))
     }
 }
 

@@ -127,7 +127,8 @@ impl MemcacheStore {
                             Spec::FixedWindow { window, .. } => window.window_secs(),
                             _ => 0,
                         };
-                        let after = count(&mut conn, key, op.hits, self.expiry(window_secs)).await?;
+                        let after =
+                            count(&mut conn, key, op.hits, || self.expiry(window_secs)).await?;
                         // Refused on its own: the hits come straight back
                         // out (the count stays as it was for the others).
                         let refused = matches!(op.spec, Spec::FixedWindow { limit, .. } if after > limit)
@@ -229,7 +230,7 @@ impl MemcacheStore {
                         let mut out = Vec::with_capacity(ops.len());
                         for i in ops {
                             if let Some((key, _)) = planned.get(i) {
-                                out.push((i, count(&mut conn, key, 0, 0).await?));
+                                out.push((i, count(&mut conn, key, 0, || 0).await?));
                             }
                         }
                         server.give_back(conn, max_idle);
@@ -273,15 +274,21 @@ pub(super) fn answer(op: &Op, after: u64, refused: bool, now: UnixMillis) -> Out
 }
 
 /// Counts `hits` on `key` and answers the count after them: `incr`; when
-/// the key is missing, `add` it with `expiry`; when another caller added it
-/// first, `incr` again (the reference's sequence). `hits` 0 reads.
-async fn count(conn: &mut Conn, key: &str, hits: u64, expiry: u32) -> io::Result<u64> {
+/// the key is missing, `add` it with the expiry `expiry` gives (asked only
+/// then: it draws the jitter); when another caller added it first, `incr`
+/// again (the reference's sequence). `hits` 0 reads.
+async fn count(
+    conn: &mut Conn,
+    key: &str,
+    hits: u64,
+    expiry: impl FnOnce() -> u32,
+) -> io::Result<u64> {
     match conn.increment(key, hits).await {
         Err(err) if err.kind() == ErrorKind::NotFound => {
             if hits == 0 {
                 return Ok(0);
             }
-            match conn.add(key, hits.to_string().as_bytes(), expiry).await {
+            match conn.add(key, hits.to_string().as_bytes(), expiry()).await {
                 Ok(()) => Ok(hits),
                 Err(err) if err.kind() == ErrorKind::AlreadyExists => {
                     conn.increment(key, hits).await
