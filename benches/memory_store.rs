@@ -17,6 +17,7 @@ fn batch(ids: &[CounterId], i: usize) -> Batch {
                 limit: 1_000_000,
             },
             hits: 1,
+            lease: None,
         }],
         stop_when_over: false,
     }

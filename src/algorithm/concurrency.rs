@@ -140,6 +140,7 @@ impl Concurrency {
             before: held,
             after,
             limit_index: 0,
+            leased: 0,
         }
     }
 }

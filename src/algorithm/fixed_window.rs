@@ -139,6 +139,7 @@ impl FixedWindow {
             before: tally.before,
             after: tally.after,
             limit_index: 0,
+            leased: 0,
         }
     }
 
@@ -161,6 +162,7 @@ impl FixedWindow {
             before,
             after,
             limit_index: 0,
+            leased: 0,
         }
     }
 }

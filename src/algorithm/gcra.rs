@@ -42,6 +42,11 @@ impl Gcra {
         }
     }
 
+    /// Hits per window.
+    pub const fn limit(&self) -> u64 {
+        self.limit
+    }
+
     /// Emission interval in microseconds.
     pub const fn interval_us(&self) -> u64 {
         self.interval_us
@@ -83,6 +88,7 @@ impl Gcra {
                     before: 0,
                     after: 0,
                     limit_index: 0,
+                    leased: 0,
                 },
             );
         }
@@ -101,6 +107,7 @@ impl Gcra {
                 before: 0,
                 after: 0,
                 limit_index: 0,
+                leased: 0,
             };
             (Some(new_tat).filter(|_| hits > 0), outcome)
         } else {
@@ -113,6 +120,7 @@ impl Gcra {
                 before: 0,
                 after: 0,
                 limit_index: 0,
+                leased: 0,
             };
             (None, outcome)
         }

@@ -95,6 +95,9 @@ pub struct Outcome {
     /// Which of the operation's limits this outcome reports: the first one
     /// violated, else the one with the least remaining.
     pub limit_index: usize,
+    /// Hits taken beyond the operation's own for a lease ([`crate::store`]'s
+    /// `Op::lease`): counted in the store, not yet admitted.
+    pub leased: u64,
 }
 
 impl Outcome {
@@ -108,6 +111,7 @@ impl Outcome {
         before: 0,
         after: 0,
         limit_index: 0,
+        leased: 0,
     };
 }
 

@@ -94,6 +94,7 @@ impl SlidingLog {
                     before: p.count,
                     after,
                     limit_index: i,
+                    leased: 0,
                 };
             }
             let remaining = limit.saturating_sub(after);
@@ -108,6 +109,7 @@ impl SlidingLog {
                 before: p.count,
                 after,
                 limit_index: i,
+                leased: 0,
             };
             if best.is_none_or(|b| remaining < b.remaining) {
                 best = Some(outcome);
@@ -121,6 +123,7 @@ impl SlidingLog {
             before: 0,
             after: 0,
             limit_index: 0,
+            leased: 0,
         })
     }
 }

@@ -276,6 +276,7 @@ impl SlidingWindow {
                     before: sum,
                     after,
                     limit_index: i,
+                    leased: 0,
                 };
             }
             let remaining = limit.saturating_sub(after);
@@ -293,6 +294,7 @@ impl SlidingWindow {
                 before: sum,
                 after,
                 limit_index: i,
+                leased: 0,
             };
             if report.is_none_or(|best| remaining < best.remaining) {
                 report = Some(outcome);
@@ -308,6 +310,7 @@ impl SlidingWindow {
             before: 0,
             after: 0,
             limit_index: 0,
+            leased: 0,
         })
     }
 }

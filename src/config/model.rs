@@ -33,8 +33,9 @@ pub(crate) const DESCRIPTOR_KEYS: &[&str] = &[
 ];
 
 /// Keys allowed in a `rate_limit` map. `unit_multiplier`, `algorithm`,
-/// `burst`, `count_rejected`, `shadow_mode`, `calendar`, `time_zone` and
-/// `week_start` are floodgate extensions.
+/// `burst`, `count_rejected`, `shadow_mode`, `calendar`, `time_zone`,
+/// `week_start`, `slot_key`, `release_key` and `lease` are floodgate
+/// extensions.
 pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "unit",
     "requests_per_unit",
@@ -51,6 +52,7 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "week_start",
     "slot_key",
     "release_key",
+    "lease",
 ];
 
 /// Keys allowed in one `replaces` entry.
@@ -128,6 +130,9 @@ pub(crate) struct RateLimit {
     pub(crate) slot_key: Option<String>,
     /// Extension (concurrency): the entry marking a release.
     pub(crate) release_key: Option<String>,
+    /// Extension (fixed_window, sliding_window, gcra on Redis): admit from
+    /// blocks of hits taken from the store ahead of demand.
+    pub(crate) lease: Option<bool>,
 }
 
 /// One `replaces` entry.

@@ -82,6 +82,10 @@ pub struct Limit {
     /// `algorithm: concurrency`: the entries that name a request's slot
     /// and mark its release.
     pub slot: Option<SlotKeys>,
+    /// `lease: true` (extension): on Redis, an instance admits from blocks
+    /// of hits it took from the store ahead of demand (never more than the
+    /// limit across instances; see `limiter::lease`).
+    pub lease: bool,
 }
 
 /// The descriptor entries of a concurrency limit (`slot_key`,

@@ -76,6 +76,9 @@ pub struct WindowState {
     pub over_limit: bool,
     /// When it resets (within) or admits again (over).
     pub reset: Duration,
+    /// A leased limit (`lease: true`, on Redis): the unused hits of the
+    /// block this instance holds for it (0 when none); `None` otherwise.
+    pub lease: Option<u64>,
 }
 
 /// The explanation of one descriptor.
@@ -159,6 +162,7 @@ impl<S: Store> Limiter<S> {
         let mut slots: Vec<Pending> = Vec::new();
         let mut reads: Vec<Read> = Vec::new();
         let (mut window_reads, mut window_ops): (Vec<Read>, Vec<Op>) = (Vec::new(), Vec::new());
+        let mut held_blocks: Vec<((usize, usize), Option<u64>)> = Vec::new();
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             let Some((limits, id, specs)) = operations(domain, descriptor, plan) else {
@@ -174,16 +178,36 @@ impl<S: Store> Limiter<S> {
             };
             for &(spec, base) in specs.iter() {
                 let op_id = id_of(base);
+                // As the decision: a hit the block held admits is answered
+                // from it.
+                let leased = self
+                    .leases
+                    .as_ref()
+                    .filter(|_| limits.get(base).is_some_and(|l| l.lease))
+                    .and_then(|l| l.peek(&op_id, spec, hits, now))
+                    .and_then(|(admitted, _)| admitted);
                 let cached = self
                     .local_cache
                     .as_ref()
                     .and_then(|c| c.get(&op_id, spec, now));
+                if let Some(outcome) = leased.filter(|_| cached.is_none()) {
+                    slots.push(Pending {
+                        plan: i,
+                        base,
+                        outcome: Some(outcome),
+                        cached: false,
+                        candidate: is_candidate(limits, base),
+                        hits,
+                    });
+                    continue;
+                }
                 if cached.is_none() {
                     reads.push(Read::Slot(slots.len()));
                     batch.ops.push(Op {
                         id: op_id,
                         spec,
                         hits,
+                        lease: None,
                     });
                 }
                 slots.push(Pending {
@@ -196,11 +220,23 @@ impl<S: Store> Limiter<S> {
                 });
             }
             for (at, limit) in limits.iter().enumerate() {
+                // The operation covering this limit: its own, or the
+                // sliding windows' one.
+                let held = self.leases.as_ref().filter(|_| limit.lease).map(|l| {
+                    specs
+                        .iter()
+                        .rev()
+                        .find(|&&(_, base)| base <= at)
+                        .and_then(|&(spec, _)| l.peek(&id_of(at), spec, 0, now))
+                        .map_or(0, |(_, held)| held)
+                });
+                held_blocks.push(((i, at), held));
                 window_reads.push(Read::Window { plan: i, limit: at });
                 window_ops.push(Op {
                     id: id_of(at),
                     spec: single_spec(limit),
                     hits: 0,
+                    lease: None,
                 });
             }
         }
@@ -248,11 +284,14 @@ impl<S: Store> Limiter<S> {
                             slot.outcome = Some(outcome);
                         }
                     }
-                    Read::Window { plan, limit } => {
+                    Read::Window {
+                        plan,
+                        limit: limit_at,
+                    } => {
                         let Some(Plan::Limited { limits, .. }) = plans.get(plan) else {
                             continue;
                         };
-                        let Some(limit) = limits.get(limit) else {
+                        let Some(limit) = limits.get(limit_at) else {
                             continue;
                         };
                         let count = match limit.algorithm {
@@ -269,6 +308,10 @@ impl<S: Store> Limiter<S> {
                                 remaining: outcome.remaining,
                                 over_limit: outcome.over_limit,
                                 reset: outcome.reset,
+                                lease: held_blocks
+                                    .iter()
+                                    .find(|(at, _)| *at == (plan, limit_at))
+                                    .and_then(|&(_, held)| held),
                             });
                         }
                     }

@@ -12,6 +12,7 @@ mod answer;
 pub(crate) use answer::CurrentLimit;
 mod error;
 mod explain;
+mod lease;
 mod local_cache;
 mod observe;
 mod options;
@@ -36,6 +37,7 @@ use crate::descriptor::Request;
 use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
 use crate::store::{Batch, CounterId, Op, Store};
+use lease::{Admit, Leases};
 use local_cache::LocalCache;
 use plan::{Pending, Plan, apply_replaces, failure_outcome, is_candidate, operations};
 use quiet_log::QuietLog;
@@ -55,6 +57,8 @@ pub struct Limiter<S> {
     options: LimiterOptions,
     /// Store failures are logged here, at most once a second per kind.
     failures: QuietLog,
+    /// Blocks of leased limits (`lease: true`), on a store that keeps them.
+    leases: Option<Leases>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -67,6 +71,7 @@ impl<S: Store> Limiter<S> {
     ) -> Self {
         let local_cache =
             (options.local_cache_bytes > 0).then(|| LocalCache::new(options.local_cache_bytes));
+        let leases = store.leases().then(Leases::default);
         Self {
             rules,
             store,
@@ -76,6 +81,7 @@ impl<S: Store> Limiter<S> {
             top: Arc::new(TopRecorder::default()),
             options,
             failures: QuietLog::default(),
+            leases,
         }
     }
 
@@ -150,6 +156,11 @@ impl<S: Store> Limiter<S> {
         let mut slots: Vec<Pending> = Vec::with_capacity(plans.len());
         let mut sent: Vec<usize> = Vec::with_capacity(plans.len());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
+        // Leased operations sent to the store (batch position, lease) and
+        // hits admitted from blocks (slot, identity, spec: to put back if
+        // the request is refused as a whole).
+        let mut deposits: Vec<(usize, Arc<lease::Lease>, u64)> = Vec::new();
+        let mut locals: Vec<(usize, CounterId, Spec)> = Vec::new();
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
             else {
@@ -167,15 +178,35 @@ impl<S: Store> Limiter<S> {
                     candidate: candidate.is_some(),
                     hits,
                 };
+                let op_id = candidate.as_ref().unwrap_or(&id);
+                // A check-only call (hits 0) reads the store exactly.
+                let leases = self
+                    .leases
+                    .as_ref()
+                    .filter(|_| hits > 0 && limits.get(base).is_some_and(|l| l.lease));
+                let admit = leases.map(|l| l.admit(op_id, spec, hits, now, &self.metrics.lease));
                 if let Some(hit) = self
                     .local_cache
                     .as_ref()
-                    .and_then(|c| c.get(candidate.as_ref().unwrap_or(&id), spec, now))
+                    .and_then(|c| c.get(op_id, spec, now))
                 {
                     slot.outcome = Some(hit);
                     slot.cached = true;
+                } else if let Some(Admit::Local(outcome)) = admit {
+                    slot.outcome = Some(outcome);
+                    if self.options.stop_when_over && candidate.is_none() {
+                        locals.push((slots.len(), op_id.clone(), spec));
+                    }
                 } else {
                     sent.push(slots.len());
+                    let lease = match admit {
+                        Some(Admit::Store { lease, want }) => {
+                            deposits.push((batch.ops.len(), lease, want));
+                            Some(want)
+                        }
+                        Some(Admit::Untracked) => Some(0),
+                        Some(Admit::Local(_)) | None => None,
+                    };
                     // The last operation of the descriptor takes the
                     // identity; only descriptors with several get copies.
                     let id = match candidate {
@@ -183,7 +214,12 @@ impl<S: Store> Limiter<S> {
                         None if n == last => std::mem::take(&mut id),
                         None => id.clone(),
                     };
-                    batch.ops.push(Op { id, spec, hits });
+                    batch.ops.push(Op {
+                        id,
+                        spec,
+                        hits,
+                        lease,
+                    });
                 }
                 slots.push(slot);
             }
@@ -216,7 +252,19 @@ impl<S: Store> Limiter<S> {
                     .await;
             self.metrics.observe_store(started.elapsed());
             match result {
-                Ok(results) => {
+                Ok(mut results) => {
+                    if let Some(leases) = &self.leases {
+                        for (at, lease, want) in &deposits {
+                            if let Some(outcome) = results.get_mut(*at) {
+                                leases.deposit(lease, *want, outcome, now, &self.metrics.lease);
+                                // The block is this instance's to admit:
+                                // still remaining, not yet counted as hits.
+                                outcome.remaining =
+                                    outcome.remaining.saturating_add(outcome.leased);
+                                outcome.after = outcome.after.saturating_sub(outcome.leased);
+                            }
+                        }
+                    }
                     for (&s, outcome) in sent.iter().zip(results) {
                         if let Some(slot) = slots.get_mut(s) {
                             slot.outcome = Some(outcome);
@@ -241,6 +289,9 @@ impl<S: Store> Limiter<S> {
                     }
                 }
                 Err(err) => {
+                    for (_, lease, want) in &deposits {
+                        Leases::release(lease, *want);
+                    }
                     if let Some(suppressed) = self.failures.admit(err.kind(), now) {
                         tracing::warn!(
                             error = &err as &dyn std::error::Error,
@@ -268,6 +319,24 @@ impl<S: Store> Limiter<S> {
                                 slot.outcome = Some(failure_outcome(limit, over));
                             }
                         }
+                    }
+                }
+            }
+        }
+        if let Some(leases) = &self.leases
+            && !locals.is_empty()
+            && slots
+                .iter()
+                .any(|s| !s.candidate && s.outcome.is_some_and(|o| o.over_limit))
+        {
+            // Refused as a whole (`stop_when_over`): hits admitted from
+            // blocks go back to them, as the store took its own back.
+            for (s, id, spec) in &locals {
+                if let Some(slot) = slots.get_mut(*s) {
+                    leases.restore(id, *spec, slot.hits);
+                    if let Some(outcome) = &mut slot.outcome {
+                        outcome.counted = false;
+                        outcome.remaining = outcome.remaining.saturating_add(slot.hits);
                     }
                 }
             }

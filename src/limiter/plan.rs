@@ -66,6 +66,7 @@ pub(super) fn failure_outcome(limit: &Limit, over: bool) -> Outcome {
         before: 0,
         after: 0,
         limit_index: 0,
+        leased: 0,
     }
 }
 
@@ -107,6 +108,7 @@ impl<S: Store> Limiter<S> {
                 shadow_mode: false,
                 calendar: None,
                 slot: None,
+                lease: false,
             }];
             return Plan::Limited {
                 specs: Cow::Owned(specs(&limits)),

@@ -41,11 +41,19 @@ impl<S: Store> Limiter<S> {
                             hits,
                             limit,
                             // Algorithms without a running count report it
-                            // through `remaining`.
-                            before: outcome
-                                .before
-                                .max(limit.saturating_sub(outcome.remaining).saturating_sub(hits)),
-                            after: outcome.after.max(limit.saturating_sub(outcome.remaining)),
+                            // through `remaining`. (A hit admitted from a
+                            // lease's block has a count but reports only
+                            // the block as remaining.)
+                            before: if outcome.after > 0 {
+                                outcome.before
+                            } else {
+                                limit.saturating_sub(outcome.remaining).saturating_sub(hits)
+                            },
+                            after: if outcome.after > 0 {
+                                outcome.after
+                            } else {
+                                limit.saturating_sub(outcome.remaining)
+                            },
                             over_limit: outcome.over_limit,
                             local_cache: picked.cached,
                             // A rule whose limits are all shadow ones

@@ -17,6 +17,7 @@
 
 mod histogram;
 pub(crate) mod history;
+pub(crate) mod lease;
 pub(crate) mod mapped;
 pub(crate) mod mapper;
 pub(crate) mod process;
@@ -128,6 +129,8 @@ pub struct Metrics {
     statsd_dropped: AtomicU64,
     /// RLQS streams, buckets and assignments.
     pub rlqs: rlqs::RlqsMetrics,
+    /// Leased blocks taken, given back and stranded.
+    pub lease: lease::LeaseMetrics,
     /// The last 15 minutes, for the live page.
     history: history::History,
 }
@@ -159,6 +162,7 @@ impl Metrics {
             response_time_ms: statsd_names::TimerCounts::default(),
             statsd_dropped: AtomicU64::new(0),
             rlqs: rlqs::RlqsMetrics::default(),
+            lease: lease::LeaseMetrics::default(),
             history: history::History::default(),
         }
     }

@@ -158,6 +158,7 @@ impl Metrics {
             "Time of one store round trip.",
         );
         self.rlqs.render(&mut out);
+        self.lease.render(&mut out);
         out
     }
 }

@@ -137,6 +137,7 @@ fn several_limits_give_the_slowest_rate_and_smallest_burst() {
         shadow_mode: false,
         calendar: None,
         slot: None,
+        lease: false,
     };
     use crate::descriptor::Unit;
     assert_eq!(

@@ -257,6 +257,9 @@ pub async fn serve_with_debug(
             Ok(())
         }
     };
+    // Requests have drained: the unused hits of leased blocks go back to
+    // their windows before the store's connections close.
+    limiter.give_back_leases().await;
     shutdown.cancel();
     tracker.close();
     tracker.wait().await;
@@ -338,6 +341,12 @@ fn spawn_background(
         let shutdown = shutdown.clone();
         tracker.spawn(
             async move { store.maintain(clock, shutdown).await }.instrument(info_span!("store")),
+        );
+    }
+    {
+        let (limiter, shutdown) = (limiter.clone(), shutdown.clone());
+        tracker.spawn(
+            async move { limiter.run_leases(shutdown).await }.instrument(info_span!("leases")),
         );
     }
     {

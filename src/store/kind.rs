@@ -2,7 +2,9 @@
 //! Redis (with its per-second twin) or memcached.
 
 use super::rlqs::{DemandRegistry, DemandReport, Grant, Member};
-use super::{Batch, CounterId, MemcacheStore, MemoryStore, Op, RedisStore, Store, StoreError};
+use super::{
+    Batch, CounterId, MemcacheStore, MemoryStore, Op, RedisStore, Store, StoreError, Unused,
+};
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use std::future::Future;
@@ -160,6 +162,29 @@ impl Store for StoreKind {
             } => split_per_second(main, second, batch.clone(), now, true).await,
         }
     }
+
+    fn leases(&self) -> bool {
+        matches!(self, Self::Redis { .. })
+    }
+
+    async fn give_back(&self, unused: Vec<Unused>) -> Result<(), StoreError> {
+        match self {
+            Self::Memory(_) | Self::Memcache(_) => Ok(()),
+            Self::Redis {
+                main,
+                per_second: None,
+            } => main.give_back(unused).await,
+            Self::Redis {
+                main,
+                per_second: Some(second),
+            } => {
+                let (fast, slow): (Vec<Unused>, Vec<Unused>) =
+                    unused.into_iter().partition(|u| is_one_second(&u.spec));
+                tokio::try_join!(second.give_back(fast), main.give_back(slow))?;
+                Ok(())
+            }
+        }
+    }
 }
 
 impl DemandRegistry for StoreKind {
@@ -213,6 +238,12 @@ async fn within<T>(
     }
 }
 
+/// Whether `REDIS_PERSECOND` counts this operation: a one-second fixed
+/// window.
+fn is_one_second(spec: &Spec) -> bool {
+    matches!(spec, Spec::FixedWindow { window, .. } if window.window_secs() == 1)
+}
+
 /// Sends one-second windows to `second` and the rest to `main`, both at
 /// once, and puts the outcomes back in request order. With
 /// `stop_when_over`, each Redis refuses its own part as a whole. With
@@ -224,8 +255,7 @@ async fn split_per_second(
     now: UnixMillis,
     peek: bool,
 ) -> Result<Vec<Outcome>, StoreError> {
-    let is_second =
-        |op: &Op| matches!(op.spec, Spec::FixedWindow { window, .. } if window.window_secs() == 1);
+    let is_second = |op: &Op| is_one_second(&op.spec);
     let order: Vec<bool> = batch.ops.iter().map(is_second).collect();
     let (fast, slow): (Vec<Op>, Vec<Op>) = batch.ops.into_iter().partition(is_second);
     let stop_when_over = batch.stop_when_over;

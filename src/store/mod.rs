@@ -31,6 +31,13 @@ pub struct Op {
     pub spec: Spec,
     /// Hits to add; 0 reads without consuming.
     pub hits: u64,
+    /// A leased limit's operation (`lease: true`, on Redis): besides
+    /// `hits`, take up to this many more for the caller to admit locally,
+    /// never more than half of what remains after `hits` (reported in
+    /// [`Outcome::leased`]). A leased operation that is refused counts
+    /// nothing, whatever the algorithm. Stores that keep no leases ignore
+    /// it. `None`: not leased.
+    pub lease: Option<u64>,
 }
 
 /// All counter operations of one request, executed in one round trip.
@@ -60,10 +67,28 @@ impl Batch {
     }
 }
 
+/// Unused hits of a lease's block, given back to the window or bucket they
+/// were taken from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unused {
+    /// The counter the block was taken on.
+    pub id: CounterId,
+    /// Its algorithm and limit.
+    pub spec: Spec,
+    /// Hits to give back.
+    pub hits: u64,
+    /// When the block was taken (names its window or bucket).
+    pub taken_at: UnixMillis,
+}
+
 /// The answer for an operation whose hits were taken back: as if refused.
+/// A lease's block stays taken: only the request's own hits are undone.
 pub(crate) fn taken_back(op: &Op, outcome: Outcome, now: UnixMillis) -> Outcome {
     match op.spec {
-        Spec::FixedWindow { window, limit } => window.refused(outcome.before, op.hits, limit, now),
+        Spec::FixedWindow { window, limit } => Outcome {
+            leased: outcome.leased,
+            ..window.refused(outcome.before, op.hits, limit, now)
+        },
         // One slot, whatever the hits.
         Spec::Concurrency(_) => Outcome {
             counted: false,
@@ -244,4 +269,27 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         batch: &Batch,
         now: UnixMillis,
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send;
+
+    /// Whether leased operations ([`Op::lease`]) take blocks here: only on
+    /// a store other instances share (Redis). Elsewhere `lease: true`
+    /// changes nothing.
+    fn leases(&self) -> bool {
+        false
+    }
+
+    /// Gives back the unused hits of leases' blocks, each to the window or
+    /// bucket it was taken from (a counter that has expired since is left
+    /// alone, never recreated).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be reached: the hits stay
+    /// counted until their window ends.
+    fn give_back(
+        &self,
+        unused: Vec<Unused>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = unused;
+        std::future::ready(Ok(()))
+    }
 }

@@ -325,6 +325,7 @@ async fn costs_reported_after_the_response_are_charged() {
                 limit: BUDGET,
             },
             hits: 0,
+            lease: None,
         }],
         stop_when_over: false,
     };

@@ -289,19 +289,19 @@ fn yaml(rules: &[RuleGen]) -> String {
 
 /// What the model says of one counter operation.
 #[derive(Debug, Clone, Copy)]
-struct Out {
-    over: bool,
-    remaining: u64,
+pub(crate) struct Out {
+    pub(crate) over: bool,
+    pub(crate) remaining: u64,
     reset_ms: u64,
     counted: bool,
     /// Which limit of the operation it reports.
     index: usize,
     /// Fixed window: the count before.
-    before: u64,
+    pub(crate) before: u64,
 }
 
-#[derive(Debug, Default)]
-struct Model {
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Model {
     /// (id, window s, window start s) -> count; under `reference_keys` the
     /// window is 0 for the reference's unit lengths.
     fixed: HashMap<(String, u64, u64), u64>,
@@ -380,7 +380,15 @@ fn fixed_key(m: &Model, id: &str, w: u64, start: u64) -> (String, u64, u64) {
 
 /// Fixed window; `refuse`: stop-increment (hits that would go over are not
 /// counted).
-fn fixed(m: &mut Model, id: &str, limit: u64, w: u64, hits: u64, now: u64, refuse: bool) -> Out {
+pub(crate) fn fixed(
+    m: &mut Model,
+    id: &str,
+    limit: u64,
+    w: u64,
+    hits: u64,
+    now: u64,
+    refuse: bool,
+) -> Out {
     let s = now / 1_000;
     let (start, end) = window_bounds(w, s);
     let reset_ms = (end - s) * 1_000;
@@ -479,7 +487,7 @@ fn report(outs: impl Iterator<Item = Out>) -> Out {
 
 /// Sliding windows: each window of its own 1 s (or ceil(w/60) s) buckets,
 /// reading 2 s ahead.
-fn sliding(m: &mut Model, id: &str, limits: &[(u64, u64)], hits: u64, now: u64) -> Out {
+pub(crate) fn sliding(m: &mut Model, id: &str, limits: &[(u64, u64)], hits: u64, now: u64) -> Out {
     let s = now / 1_000;
     // (limit, bucket, covered bucket starts ascending, current start, n)
     let windows: Vec<(u64, u64, Vec<u64>, u64, u64)> = limits
@@ -631,7 +639,15 @@ fn log(m: &mut Model, id: &str, limits: &[(u64, u64)], hits: u64, now: u64) -> O
 }
 
 /// GCRA: `limit` per window, `burst` at once.
-fn gcra(m: &mut Model, id: &str, limit: u64, w: u64, burst: u64, hits: u64, now: u64) -> Out {
+pub(crate) fn gcra(
+    m: &mut Model,
+    id: &str,
+    limit: u64,
+    w: u64,
+    burst: u64,
+    hits: u64,
+    now: u64,
+) -> Out {
     let window_ms = w * 1_000;
     if limit == 0 {
         return Out {

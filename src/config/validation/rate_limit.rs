@@ -70,6 +70,19 @@ pub(super) fn check_rate_limits(
         );
         ok = false;
     }
+    if ok
+        && let Some((_, first)) = enforced.first()
+        && first.algorithm == Algorithm::SlidingWindow
+        && enforced.iter().any(|(_, l)| l.lease != first.lease)
+    {
+        // The enforced sliding windows of a descriptor are one store
+        // operation, leased as a whole or not at all.
+        check.issue(
+            &here,
+            "all sliding_window rate_limits of a descriptor must agree on lease",
+        );
+        ok = false;
+    }
     if ok && check.fixed_windows_only && enforced.len() > 1 {
         // memcached keys, written as the reference writes them, hold the
         // window's start but not its length: a second and a minute of one
@@ -200,6 +213,21 @@ pub(super) fn check_rate_limit(
                 "count_rejected is only valid with algorithm sliding_window",
             );
         }
+        if rate_limit.lease == Some(true)
+            && !unlimited
+            && !matches!(
+                algorithm,
+                Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::Gcra
+            )
+        {
+            check.issue(
+                &here,
+                format!(
+                    "lease is only valid with algorithm fixed_window, sliding_window or gcra, not {}",
+                    algorithm.as_str()
+                ),
+            );
+        }
         if let Some(limit) = rate_limit.requests_per_unit
             && algorithm == Algorithm::SlidingLog
             && limit > MAX_SLIDING_LOG_LIMIT
@@ -234,6 +262,7 @@ pub(super) fn check_rate_limit(
             shadow_mode: rate_limit.shadow_mode.unwrap_or(false),
             calendar,
             slot,
+            lease: rate_limit.lease.unwrap_or(false),
         }])
     };
     Some((policy, replaces))

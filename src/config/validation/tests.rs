@@ -63,6 +63,8 @@ const RULES: &[&str] = &[
     "sliding_log_too_large",
     "burst_without_gcra",
     "count_rejected_without_sliding_window",
+    "lease_on_sliding_log",
+    "lease_mixed_sliding_windows",
     "non_string_key",
     "list_of_scalars",
     "type_error",

@@ -191,6 +191,7 @@ fn rate_limit(policy: rls_conf::RateLimitPolicy) -> model::RateLimit {
         week_start: None,
         slot_key: None,
         release_key: None,
+        lease: None,
     }
 }
 

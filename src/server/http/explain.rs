@@ -58,6 +58,16 @@ struct JsonWindow {
     remaining: u64,
     over_limit: bool,
     duration_until_reset: String,
+    /// A leased limit: the block this instance holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease: Option<JsonLease>,
+}
+
+/// The block of a leased limit (`lease: true`) this instance holds.
+#[derive(Debug, Serialize)]
+struct JsonLease {
+    /// Unused hits of the block (0: none held).
+    held: u64,
 }
 
 impl From<Step> for JsonStep {
@@ -91,6 +101,7 @@ impl From<WindowState> for JsonWindow {
             remaining: window.remaining,
             over_limit: window.over_limit,
             duration_until_reset: duration_text(window.reset),
+            lease: window.lease.map(|held| JsonLease { held }),
         }
     }
 }

@@ -13,6 +13,7 @@ fn op(limit: u64, hits: u64) -> Op {
             limit,
         },
         hits,
+        lease: None,
     }
 }
 

@@ -15,6 +15,7 @@ fn op_limit(id: &str, window_secs: u64, hits: u64, limit: u64) -> Op {
             limit,
         },
         hits,
+        lease: None,
     }
 }
 
@@ -192,6 +193,7 @@ mod snapshots {
                 id: CounterId::new("d", [("k", format!("{key}").as_str())]),
                 spec: spec(alg, hits),
                 hits: if slot { 1 } else { hits },
+                lease: None,
             }]),
             now,
         )[0]

@@ -57,12 +57,17 @@ impl RedisStore {
                     .arg(self.ttl_secs(window.window_secs()))
                     .arg(limit)
                     .arg(u8::from(refuse_over));
+                if let Some(lease) = op.lease {
+                    cmd.arg(lease);
+                }
             }
             Spec::SlidingWindow(sw) => {
                 let series = sw.series();
                 cmd.arg(op.hits)
                     .arg(key.get(..base_len).unwrap_or_default())
-                    .arg(u8::from(sw.count_rejected() && !refuse_over))
+                    .arg(u8::from(
+                        sw.count_rejected() && !refuse_over && op.lease.is_none(),
+                    ))
                     .arg(series.as_slice().len());
                 for s in series.as_slice() {
                     cmd.arg(s.bucket_secs)
@@ -73,6 +78,9 @@ impl RedisStore {
                 }
                 for (limit, offset, covered) in sw.windows() {
                     cmd.arg(limit).arg(offset).arg(covered);
+                }
+                if let Some(lease) = op.lease {
+                    cmd.arg(lease);
                 }
             }
             Spec::SlidingLog(sl) => {
@@ -98,6 +106,9 @@ impl RedisStore {
                     .arg(gcra.capacity_us())
                     .arg(op.hits)
                     .arg(u8::from(!gcra.denies_all()));
+                if let Some(lease) = op.lease {
+                    cmd.arg(lease);
+                }
             }
             Spec::Concurrency(c) => {
                 let prefix = slot_prefix(c.member());

@@ -32,30 +32,7 @@ pub(super) async fn take_back(
             (outcome.counted && op.hits > 0).then_some((i, undo))
         })
         .collect();
-    let cmds: Vec<redis::Cmd> = undo
-        .iter()
-        .map(|&(_, undo)| undo)
-        .map(|undo| {
-            let mut cmd = redis::cmd("EVALSHA");
-            match undo {
-                Undo::Decrement { keys, amount } => {
-                    cmd.arg(scripts::TAKE_BACK.get_hash()).arg(keys.len());
-                    for key in keys {
-                        cmd.arg(key.as_str());
-                    }
-                    cmd.arg(*amount);
-                }
-                Undo::Members { key, prefix, hits } => {
-                    cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
-                        .arg(1)
-                        .arg(key.as_str())
-                        .arg(prefix.as_str())
-                        .arg(*hits);
-                }
-            }
-            cmd
-        })
-        .collect();
+    let cmds: Vec<redis::Cmd> = undo.iter().map(|&(_, undo)| undo_cmd(undo)).collect();
     if cmds.is_empty() {
         return Ok(());
     }
@@ -66,6 +43,28 @@ pub(super) async fn take_back(
         }
     }
     Ok(())
+}
+
+/// The script call that undoes one operation.
+pub(super) fn undo_cmd(undo: &Undo) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    match undo {
+        Undo::Decrement { keys, amount } => {
+            cmd.arg(scripts::TAKE_BACK.get_hash()).arg(keys.len());
+            for key in keys {
+                cmd.arg(key.as_str());
+            }
+            cmd.arg(*amount);
+        }
+        Undo::Members { key, prefix, hits } => {
+            cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
+                .arg(1)
+                .arg(key.as_str())
+                .arg(prefix.as_str())
+                .arg(*hits);
+        }
+    }
+    cmd
 }
 
 /// Runs EVALSHA commands in one round trip: one pipeline on a standalone or

@@ -30,7 +30,7 @@ mod slots;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
 
-use super::{Batch, Outcome, Store, StoreError};
+use super::{Batch, Op, Outcome, Store, StoreError, Unused};
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
 use coalesce::{LaneError, LaneOp};
@@ -336,7 +336,7 @@ impl RedisStore {
             .zip(cmds)
             .map(|(op, cmd)| LaneOp {
                 algorithm: algorithm_number(&op.spec),
-                reply_len: reply_len(&op.spec),
+                reply_len: reply_len(op),
                 cmd,
             })
             .collect();
@@ -359,7 +359,7 @@ impl RedisStore {
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.ops.len());
         for op in &batch.ops {
             let (reply, tail) = rest
-                .split_at_checked(reply_len(&op.spec))
+                .split_at_checked(reply_len(op))
                 .ok_or_else(|| bad_reply(format!("{} integers cut short", replies.len())))?;
             rest = tail;
             outcomes.push(outcome(op, reply, now)?);
@@ -409,6 +409,41 @@ impl Store for RedisStore {
 
     async fn peek(&self, batch: &Batch, now: UnixMillis) -> Result<Vec<Outcome>, StoreError> {
         self.peek_batch(batch, now).await
+    }
+
+    fn leases(&self) -> bool {
+        true
+    }
+
+    async fn give_back(&self, unused: Vec<Unused>) -> Result<(), StoreError> {
+        // The undo of a refused operation of the block's hits, on the keys
+        // of the window or bucket it was taken in: DECRBY the counter, each
+        // series' bucket or the TAT, only where the key still exists.
+        let cmds: Vec<redis::Cmd> = unused
+            .into_iter()
+            .filter(|u| u.hits > 0)
+            .filter_map(|u| {
+                let op = Op {
+                    id: u.id,
+                    spec: u.spec,
+                    hits: u.hits,
+                    lease: None,
+                };
+                self.call(&op, u.taken_at, true).1
+            })
+            .map(|undo| execute::undo_cmd(&undo))
+            .collect();
+        if cmds.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.inner.config.timeout;
+        let connection = Box::pin(timeout_at(deadline, self.connection()))
+            .await
+            .map_err(|_| StoreError::Timeout)?;
+        Box::pin(timeout_at(deadline, execute::execute(&connection, cmds)))
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        Ok(())
     }
 }
 

@@ -70,12 +70,14 @@ pub(super) fn bad_reply(detail: String) -> RedisError {
     ))
 }
 
-/// How many integers an operation's algorithm script replies.
-pub(super) fn reply_len(spec: &Spec) -> usize {
-    match spec {
-        Spec::FixedWindow { .. } | Spec::Gcra(_) => 2,
+/// How many integers an operation's algorithm script replies: a lease adds
+/// the hits it took.
+pub(super) fn reply_len(op: &Op) -> usize {
+    let leased = usize::from(op.lease.is_some());
+    match &op.spec {
+        Spec::FixedWindow { .. } | Spec::Gcra(_) => 2 + leased,
         Spec::Concurrency(_) => 3,
-        Spec::SlidingWindow(sw) => 1 + sw.buckets(),
+        Spec::SlidingWindow(sw) => 1 + sw.buckets() + leased,
         Spec::SlidingLog(sl) => 1 + 2 * sl.limits().len(),
     }
 }
@@ -84,7 +86,7 @@ pub(super) fn reply_len(spec: &Spec) -> usize {
 /// the state Redis saw into the answer. A reply of the wrong length is an
 /// error, never a fresh window.
 pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Outcome> {
-    let expected = reply_len(&op.spec);
+    let expected = reply_len(op);
     if reply.len() != expected {
         return Err(bad_reply(format!(
             "{} integers where {expected} were expected",
@@ -93,19 +95,36 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
     }
     let at = |i: usize| reply.get(i).copied().unwrap_or(0);
     let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
-    Ok(match op.spec {
+    // A lease's hits taken beyond the operation's: its reply's last item.
+    let leased = match op.lease {
+        Some(_) => reply.last().map_or(0, |&v| unsigned(v)),
+        None => 0,
+    };
+    let mut outcome = match op.spec {
         Spec::FixedWindow { window, limit } => {
             let before = unsigned(at(0));
             if at(1) == 1 {
-                let after = before.saturating_add(op.hits);
+                // The answer after the block: what the store has left.
+                let after = before.saturating_add(op.hits).saturating_add(leased);
                 window.outcome(Tally { before, after }, limit, now, true)
             } else {
                 window.refused(before, op.hits, limit, now)
             }
         }
         Spec::SlidingWindow(sw) => {
-            let counts: Vec<u64> = reply.iter().skip(1).map(|&v| unsigned(v)).collect();
-            sw.outcome(&counts, op.hits, at(0) == 1, now)
+            let counts: Vec<u64> = reply
+                .iter()
+                .skip(1)
+                .take(sw.buckets())
+                .map(|&v| unsigned(v))
+                .collect();
+            let counted = at(0) == 1;
+            sw.outcome(
+                &counts,
+                op.hits.saturating_add(if counted { leased } else { 0 }),
+                counted,
+                now,
+            )
         }
         Spec::SlidingLog(sl) => {
             let probes: Vec<WindowProbe> = reply
@@ -121,8 +140,10 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
         }
         Spec::Gcra(gcra) => {
             let stored = u64::try_from(at(1)).ok();
-            let (_, mut outcome) = gcra.decide(stored, now, op.hits);
-            outcome.counted = at(0) == 1;
+            let counted = at(0) == 1;
+            let hits = op.hits.saturating_add(if counted { leased } else { 0 });
+            let (_, mut outcome) = gcra.decide(stored, now, hits);
+            outcome.counted = counted;
             outcome
         }
         Spec::Concurrency(c) => c.outcome(
@@ -132,5 +153,7 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
             op.hits,
             now,
         ),
-    })
+    };
+    outcome.leased = if outcome.counted { leased } else { 0 };
+    Ok(outcome)
 }

@@ -57,6 +57,7 @@ fn fixed_window_outcome_matches_memory_semantics() {
             limit: 5,
         },
         hits: 2,
+        lease: None,
     };
     // {before, counted}: after is before + hits.
     let o = outcome(&op, &[3, 1], now).unwrap();
@@ -76,6 +77,7 @@ fn unexpected_replies_are_typed_errors_never_fresh_windows() {
         id: crate::store::CounterId::new("d", [("k", "v")]),
         spec,
         hits: 1,
+        lease: None,
     };
     let fixed = op(Spec::FixedWindow {
         window: FixedWindow::new(60),

@@ -7,9 +7,27 @@
 -- ARGV[4]  '1' to refuse without counting when the hits would exceed the
 --          limit (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), '0' to always count
 --
+-- ARGV[5]  (a lease only) hits to take beyond ARGV[1] for the instance to
+--          admit locally: at most half of what remains after ARGV[1]; a
+--          refused lease counts nothing
+--
 -- Reply: {before, counted} where counted is 1 when the hits were added (the
--- count after is always before + hits: floodgate knows the hits).
+-- count after is always before + hits: floodgate knows the hits); a lease
+-- adds the hits it took beyond ARGV[1]: {before, counted, leased}.
 local hits = tonumber(ARGV[1])
+if ARGV[5] then
+  local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local left = tonumber(ARGV[3]) - before
+  if hits > left then
+    return {before, 0, 0}
+  end
+  local leased = math.min(tonumber(ARGV[5]), math.floor((left - hits) / 2))
+  local take = hits + leased
+  if take > 0 and redis.call('INCRBY', KEYS[1], take) == take then
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+  end
+  return {before, 1, leased}
+end
 if hits == 0 or ARGV[4] == '1' then
   local before = tonumber(redis.call('GET', KEYS[1]) or '0')
   if hits == 0 then

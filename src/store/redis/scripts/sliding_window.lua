@@ -14,10 +14,13 @@
 --          current one, expiry of a new bucket (s)
 -- then per window, 3 values: limit, offset of its series in the counts
 --          (0-based), buckets it covers from there
+-- then     (a lease only) hits to take beyond ARGV[1] for the instance to
+--          admit locally: at most half of what the fullest window has left
+--          after ARGV[1]; a refused lease counts nothing
 --
 -- Reply: {counted, counts…}: the counts read before this call, per series,
 -- newest first; counted is 1 when the hits were added to the current
--- bucket of every series.
+-- bucket of every series. A lease adds the hits it took beyond ARGV[1].
 local hits = tonumber(ARGV[1])
 local nseries = tonumber(ARGV[4])
 local keys = {}
@@ -35,8 +38,16 @@ local counts = {}
 for j = 1, #keys do
   counts[j] = tonumber(raw[j] or '0') or 0
 end
+-- Windows come in threes; one value more is a lease.
+local lease = nil
+local last = #ARGV
+if (last - at + 1) % 3 == 1 then
+  lease = tonumber(ARGV[last])
+  last = last - 1
+end
 local admitted = true
-while ARGV[at] do
+local room = nil
+while at <= last do
   local limit = tonumber(ARGV[at])
   local from = tonumber(ARGV[at + 1])
   local sum = 0
@@ -46,10 +57,18 @@ while ARGV[at] do
   if sum + hits > limit then
     admitted = false
   end
+  if room == nil or limit - sum - hits < room then
+    room = limit - sum - hits
+  end
   at = at + 3
 end
+local leased = 0
+if lease and admitted then
+  leased = math.min(lease, math.floor(room / 2))
+  hits = hits + leased
+end
 local reply = {0}
-if hits > 0 and (admitted or ARGV[3] == '1') then
+if hits > 0 and (admitted or (ARGV[3] == '1' and not lease)) then
   at = 5
   for s = 1, nseries do
     local len = tonumber(ARGV[at])
@@ -64,5 +83,8 @@ if hits > 0 and (admitted or ARGV[3] == '1') then
 end
 for j = 1, #keys do
   reply[j + 1] = counts[j]
+end
+if lease then
+  reply[#keys + 2] = leased
 end
 return reply

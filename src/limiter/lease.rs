@@ -1,0 +1,423 @@
+//! Leased quotas (`lease: true`, on Redis): an instance takes a block of
+//! hits from the store in one atomic operation (counted there at once, so
+//! spent for every other instance) and admits locally against it, fetching
+//! the next block in the background before this one runs out.
+//!
+//! Why it never over-admits: every hit admitted from a block was counted
+//! in the store before it was admitted, in the window or bucket it is
+//! admitted in. So a block is usable only while that holds:
+//!
+//! - fixed window: within the window it was taken in;
+//! - sliding window: within the bucket of every series it was counted in
+//!   (a hit is exact to its bucket, as without leases);
+//! - GCRA: while the theoretical arrival time (TAT) the block left, less
+//!   the block's unused cells, is still ahead of now. Then the bucket has
+//!   not emptied since the block was taken, and cells admitted later than
+//!   they were counted are as conforming as if they arrived in order. A
+//!   block that lapses is stranded: the store has already let it drain.
+//!
+//! Under-admission is bounded: the store gives a block at most half of
+//! what remains after the request's own hits (so the last hits of a window
+//! go one at a time) and at most `requests_per_unit / 16`; an instance
+//! holds at most one block and the one being fetched. Unused hits are
+//! given back to the window or bucket they came from when the descriptor
+//! goes quiet and at shutdown.
+
+use crate::algorithm::{Outcome, Spec};
+use crate::clock::UnixMillis;
+use crate::metrics::lease::{Fate, LeaseMetrics};
+use crate::store::{CounterId, Unused};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::hash::BuildHasher as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+mod step;
+
+/// Lock shards of the table: descriptors on different shards never meet.
+const SHARDS: usize = 16;
+/// A block holds about this much of its descriptor's recent traffic.
+const SPAN_MS: u64 = 20;
+/// A descriptor's rate is measured over periods this long.
+const PERIOD_MS: u64 = 100;
+/// A descriptor not asked for this long gives its block back.
+const QUIET_MS: u64 = 1_000;
+/// A block is at most the limit divided by this.
+pub(crate) const CAP_DIVISOR: u64 = 16;
+/// Most descriptors with lease state at once; past it, new ones are
+/// decided in the store as without a lease (refused hits still uncounted).
+const MAX_LEASES: usize = 65_536;
+/// A GCRA block is given back only while it stays valid this much longer
+/// (the give-back's own round trip); else it is stranded.
+const GCRA_GIVE_BACK_MARGIN_US: u64 = 1_000_000;
+
+/// The lease state of one leased operation of one descriptor.
+#[derive(Debug)]
+pub(super) struct Lease {
+    id: CounterId,
+    spec: Spec,
+    /// The largest block (`requests_per_unit / 16`).
+    cap: u64,
+    /// A background fetch is asked for or under way.
+    refilling: AtomicBool,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    /// Hits taken and not yet admitted.
+    left: u64,
+    /// When the block was taken (names its window or bucket).
+    taken_at: UnixMillis,
+    /// GCRA: a lower bound of the TAT after the block, µs.
+    tat_us: u64,
+    /// When the limit resets, as the store said at the take.
+    reset_at: UnixMillis,
+    limit_index: usize,
+    /// The store's count after the take (fixed and sliding windows).
+    count_after: u64,
+    period_start: UnixMillis,
+    period_hits: u64,
+    /// Recent hits per second.
+    rate: u64,
+    last_used: UnixMillis,
+}
+
+/// What the table says for one hit.
+#[derive(Debug)]
+pub(super) enum Admit {
+    /// Admitted from the block held.
+    Local(Outcome),
+    /// Ask the store, taking a block of up to `want` more (0 while another
+    /// take of this lease is under way: one at a time); hand the outcome
+    /// to [`Leases::deposit`] with `lease`, or the failure to
+    /// [`Leases::release`].
+    Store { lease: Arc<Lease>, want: u64 },
+    /// Ask the store without a block (the table is full or closed).
+    Untracked,
+}
+
+/// The leases of the descriptors of one shard: per counter, one per
+/// leased operation.
+type Shard = RwLock<HashMap<CounterId, Vec<Arc<Lease>>, fnv::FnvBuildHasher>>;
+
+/// Every lease of one limiter.
+#[derive(Debug)]
+pub(super) struct Leases {
+    shards: [Shard; SHARDS],
+    hasher: fnv::FnvBuildHasher,
+    count: AtomicUsize,
+    /// Leases whose block runs low: fetched by the next [`Leases::step`].
+    refills: Mutex<Vec<Arc<Lease>>>,
+    /// Blocks that lapsed on the request path, to give back.
+    lapsed: Mutex<Vec<Unused>>,
+    /// Woken when a refill is asked for.
+    pub(super) wake: tokio::sync::Notify,
+    closed: AtomicBool,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self {
+            shards: std::array::from_fn(|_| RwLock::default()),
+            hasher: fnv::FnvBuildHasher::default(),
+            count: AtomicUsize::new(0),
+            refills: Mutex::default(),
+            lapsed: Mutex::default(),
+            wake: tokio::sync::Notify::new(),
+            closed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The largest block of a leased operation; 0 for algorithms without
+/// leases.
+pub(crate) fn cap_of(spec: &Spec) -> u64 {
+    let limit = match spec {
+        Spec::FixedWindow { limit, .. } => *limit,
+        Spec::SlidingWindow(sw) => sw.limits().iter().map(|&(l, _)| l).min().unwrap_or(0),
+        Spec::Gcra(g) => g.limit().min(g.burst()),
+        Spec::SlidingLog(_) | Spec::Concurrency(_) => 0,
+    };
+    limit / CAP_DIVISOR
+}
+
+impl Held {
+    /// Counts `hits` asked for at `now` into the rate.
+    fn note(&mut self, hits: u64, now: UnixMillis) {
+        let elapsed = now.0.saturating_sub(self.period_start.0);
+        if elapsed >= PERIOD_MS {
+            let measured = self.period_hits.saturating_mul(1_000) / elapsed;
+            // A quiet gap starts over; steady traffic averages.
+            self.rate = if elapsed > 4 * PERIOD_MS {
+                measured
+            } else {
+                self.rate.midpoint(measured)
+            };
+            self.period_start = now;
+            self.period_hits = 0;
+        }
+        self.period_hits = self.period_hits.saturating_add(hits);
+        self.last_used = now;
+    }
+
+    /// The block to ask for: about [`SPAN_MS`] of recent traffic.
+    fn want(&self, cap: u64) -> u64 {
+        (self.rate.saturating_mul(SPAN_MS) / 1_000).min(cap)
+    }
+
+    /// Whether hits of the block held may be admitted at `now`, with
+    /// `margin_us` to spare (GCRA).
+    fn usable(&self, spec: &Spec, now: UnixMillis, margin_us: u64) -> bool {
+        match spec {
+            Spec::FixedWindow { window, .. } => {
+                window.window_start(now) == window.window_start(self.taken_at)
+            }
+            Spec::SlidingWindow(sw) => sw
+                .series()
+                .as_slice()
+                .iter()
+                .all(|s| s.current_start(now) == s.current_start(self.taken_at)),
+            Spec::Gcra(g) => {
+                now.0
+                    .saturating_mul(1_000)
+                    .saturating_add(self.left.saturating_mul(g.interval_us()))
+                    .saturating_add(margin_us)
+                    <= self.tat_us
+            }
+            Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
+        }
+    }
+}
+
+impl Lease {
+    /// Takes the unused hits out of a block that can no longer be used at
+    /// `now`: to give back (windows) or stranded (GCRA, counted at once).
+    fn drop_lapsed(
+        &self,
+        held: &mut Held,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) -> Option<Unused> {
+        if held.left == 0 || held.usable(&self.spec, now, 0) {
+            return None;
+        }
+        let hits = std::mem::take(&mut held.left);
+        if matches!(self.spec, Spec::Gcra(_)) {
+            metrics.record(Fate::Stranded, 1, hits);
+            return None;
+        }
+        Some(self.unused(hits, held.taken_at))
+    }
+
+    fn unused(&self, hits: u64, taken_at: UnixMillis) -> Unused {
+        Unused {
+            id: self.id.clone(),
+            spec: self.spec,
+            hits,
+            taken_at,
+        }
+    }
+}
+
+impl Leases {
+    fn shard(&self, id: &CounterId) -> &Shard {
+        let [first, ..] = &self.shards;
+        let at = usize::try_from(self.hasher.hash_one(id) % SHARDS as u64).unwrap_or(0);
+        self.shards.get(at).unwrap_or(first)
+    }
+
+    /// Admits `hits` on `id`'s operation `spec` from the block held, or
+    /// says what to ask the store.
+    pub(super) fn admit(
+        &self,
+        id: &CounterId,
+        spec: Spec,
+        hits: u64,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) -> Admit {
+        if self.closed.load(Ordering::Relaxed) {
+            return Admit::Untracked;
+        }
+        {
+            let shard = self.shard(id).read();
+            if let Some(lease) = shard
+                .get(id)
+                .and_then(|all| all.iter().find(|l| l.spec == spec))
+            {
+                return self.admit_on(lease, hits, now, metrics);
+            }
+        }
+        if self.count.load(Ordering::Relaxed) >= MAX_LEASES {
+            return Admit::Untracked;
+        }
+        let mut shard = self.shard(id).write();
+        let all = shard.entry(id.clone()).or_default();
+        let lease = match all.iter().find(|l| l.spec == spec) {
+            Some(lease) => Arc::clone(lease),
+            None => {
+                let lease = Arc::new(Lease {
+                    id: id.clone(),
+                    spec,
+                    cap: cap_of(&spec),
+                    refilling: AtomicBool::new(false),
+                    held: Mutex::default(),
+                });
+                all.push(Arc::clone(&lease));
+                self.count.fetch_add(1, Ordering::Relaxed);
+                lease
+            }
+        };
+        drop(shard);
+        self.admit_on(&lease, hits, now, metrics)
+    }
+
+    fn admit_on(
+        &self,
+        lease: &Arc<Lease>,
+        hits: u64,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) -> Admit {
+        let mut held = lease.held.lock();
+        held.note(hits, now);
+        if let Some(unused) = lease.drop_lapsed(&mut held, now, metrics) {
+            self.lapsed.lock().push(unused);
+        }
+        let want = held.want(lease.cap);
+        if held.left < hits {
+            // One take at a time per lease: the others ask for their own
+            // hits only, so an instance never holds more than one block and
+            // the one being fetched.
+            let claimed = want > 0 && !lease.refilling.swap(true, Ordering::AcqRel);
+            return Admit::Store {
+                lease: Arc::clone(lease),
+                want: if claimed { want } else { 0 },
+            };
+        }
+        let before = held.count_after.saturating_sub(held.left);
+        held.left -= hits;
+        let outcome = Outcome {
+            over_limit: false,
+            // What is certainly left: the block. Other instances may have
+            // spent what the store had left at the take.
+            remaining: held.left,
+            reset: Duration::from_millis(held.reset_at.0.saturating_sub(now.0)),
+            counted: true,
+            before,
+            after: before.saturating_add(hits),
+            limit_index: held.limit_index,
+            leased: 0,
+        };
+        // The next block is fetched while this one still lasts.
+        let low = held.left <= want / 2 && want > 0;
+        drop(held);
+        if low && !lease.refilling.swap(true, Ordering::AcqRel) {
+            self.refills.lock().push(Arc::clone(lease));
+            self.wake.notify_one();
+        }
+        Admit::Local(outcome)
+    }
+
+    /// Keeps the block an operation that asked for `want` took at
+    /// `taken_at` (its `outcome` from the store).
+    pub(super) fn deposit(
+        &self,
+        lease: &Lease,
+        want: u64,
+        outcome: &Outcome,
+        taken_at: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) {
+        self.deposit_block(lease, outcome, taken_at, metrics);
+        if want > 0 {
+            lease.refilling.store(false, Ordering::Release);
+        }
+    }
+
+    /// An operation that asked for `want` failed: the next may take.
+    pub(super) fn release(lease: &Lease, want: u64) {
+        if want > 0 {
+            lease.refilling.store(false, Ordering::Release);
+        }
+    }
+
+    fn deposit_block(
+        &self,
+        lease: &Lease,
+        outcome: &Outcome,
+        taken_at: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) {
+        if outcome.leased == 0 {
+            return;
+        }
+        metrics.record(Fate::Taken, 1, outcome.leased);
+        let mut held = lease.held.lock();
+        if let Some(unused) = lease.drop_lapsed(&mut held, taken_at, metrics) {
+            self.lapsed.lock().push(unused);
+        }
+        held.left = held.left.saturating_add(outcome.leased);
+        held.taken_at = taken_at;
+        held.reset_at = taken_at.saturating_add(outcome.reset);
+        held.limit_index = outcome.limit_index;
+        held.count_after = outcome.after;
+        if let Spec::Gcra(g) = lease.spec {
+            // No count: the burst used.
+            held.count_after = g.burst().saturating_sub(outcome.remaining);
+            // The store said the TAT is `reset` (rounded up to whole ms)
+            // after the take: less than 1 ms earlier is a bound below it.
+            let reset_us = u64::try_from(outcome.reset.as_micros()).unwrap_or(u64::MAX);
+            held.tat_us = taken_at
+                .0
+                .saturating_mul(1_000)
+                .saturating_add(reset_us)
+                .saturating_sub(999);
+        }
+    }
+
+    /// Puts back `hits` admitted from `id`'s block for a request that was
+    /// then refused as a whole (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
+    pub(super) fn restore(&self, id: &CounterId, spec: Spec, hits: u64) {
+        let shard = self.shard(id).read();
+        if let Some(lease) = shard
+            .get(id)
+            .and_then(|all| all.iter().find(|l| l.spec == spec))
+        {
+            let mut held = lease.held.lock();
+            held.left = held.left.saturating_add(hits);
+        }
+    }
+
+    /// What a hit of `hits` on `id`'s operation `spec` would be answered
+    /// from the block held at `now`, without taking it (for `/explain`),
+    /// and the hits the block holds; `None` without a usable block.
+    pub(super) fn peek(
+        &self,
+        id: &CounterId,
+        spec: Spec,
+        hits: u64,
+        now: UnixMillis,
+    ) -> Option<(Option<Outcome>, u64)> {
+        let shard = self.shard(id).read();
+        let lease = shard.get(id)?.iter().find(|l| l.spec == spec)?;
+        let held = lease.held.lock();
+        if held.left == 0 || !held.usable(&spec, now, 0) {
+            return None;
+        }
+        let admitted = (hits > 0 && held.left >= hits).then(|| Outcome {
+            over_limit: false,
+            remaining: held.left - hits,
+            reset: Duration::from_millis(held.reset_at.0.saturating_sub(now.0)),
+            counted: true,
+            before: 0,
+            after: 0,
+            limit_index: held.limit_index,
+            leased: 0,
+        });
+        Some((admitted, held.left))
+    }
+}

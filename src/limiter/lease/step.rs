@@ -1,0 +1,181 @@
+//! The leases' background work: blocks fetched before they are needed,
+//! given back when their descriptor goes quiet or the process stops, and
+//! the limiter's handles on it (driven by the server, or by a test).
+
+use super::{GCRA_GIVE_BACK_MARGIN_US, Leases, QUIET_MS};
+use crate::algorithm::Spec;
+use crate::clock::UnixMillis;
+use crate::limiter::Limiter;
+use crate::metrics::lease::{Fate, LeaseMetrics};
+use crate::store::{Batch, Op, Store};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The background work runs at least this often (quiet descriptors).
+const TICK: Duration = Duration::from_millis(250);
+
+impl Leases {
+    /// The background work due at `now`: fetches the blocks asked for,
+    /// gives back the blocks of quiet descriptors (every block once
+    /// closed) and those that lapsed, and forgets idle descriptors.
+    /// Returns the blocks fetched and given back.
+    pub(super) async fn step<S: Store>(
+        &self,
+        store: &S,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) -> usize {
+        let closed = self.closed.load(Ordering::Acquire);
+        let mut done = 0;
+        let wanted = std::mem::take(&mut *self.refills.lock());
+        if !wanted.is_empty() {
+            let mut batch = Batch::with_capacity(wanted.len(), false);
+            let mut asked = Vec::with_capacity(wanted.len());
+            for lease in wanted {
+                let want = lease.held.lock().want(lease.cap);
+                if want == 0 || closed {
+                    lease.refilling.store(false, Ordering::Release);
+                    continue;
+                }
+                batch.ops.push(Op {
+                    id: lease.id.clone(),
+                    spec: lease.spec,
+                    hits: 0,
+                    lease: Some(want),
+                });
+                asked.push(lease);
+            }
+            if !batch.is_empty() {
+                // A failed fetch leaves requests to ask the store themselves.
+                if let Ok(outcomes) = store.execute(batch, now).await {
+                    for (lease, outcome) in asked.iter().zip(&outcomes) {
+                        self.deposit_block(lease, outcome, now, metrics);
+                        done += usize::from(outcome.leased > 0);
+                    }
+                }
+                for lease in &asked {
+                    lease.refilling.store(false, Ordering::Release);
+                }
+            }
+        }
+        let mut unused = std::mem::take(&mut *self.lapsed.lock());
+        for shard in &self.shards {
+            let mut forget = false;
+            for lease in shard.read().values().flatten() {
+                let mut held = lease.held.lock();
+                let quiet = now.0.saturating_sub(held.last_used.0) >= QUIET_MS;
+                if held.left > 0 && (quiet || closed) {
+                    let margin = if matches!(lease.spec, Spec::Gcra(_)) {
+                        GCRA_GIVE_BACK_MARGIN_US
+                    } else {
+                        0
+                    };
+                    let hits = std::mem::take(&mut held.left);
+                    if held.usable(&lease.spec, now, margin) || !matches!(lease.spec, Spec::Gcra(_))
+                    {
+                        unused.push(lease.unused(hits, held.taken_at));
+                    } else {
+                        metrics.record(Fate::Stranded, 1, hits);
+                    }
+                }
+                forget |= quiet && held.left == 0;
+            }
+            if forget {
+                let mut shard = shard.write();
+                let before: usize = shard.values().map(Vec::len).sum();
+                shard.retain(|_, all| {
+                    all.retain(|lease| {
+                        let held = lease.held.lock();
+                        held.left > 0
+                            || now.0.saturating_sub(held.last_used.0) < QUIET_MS
+                            || lease.refilling.load(Ordering::Acquire)
+                    });
+                    !all.is_empty()
+                });
+                let after: usize = shard.values().map(Vec::len).sum();
+                self.count.fetch_sub(before - after, Ordering::Relaxed);
+            }
+        }
+        if !unused.is_empty() {
+            let (blocks, hits) = (unused.len() as u64, unused.iter().map(|u| u.hits).sum());
+            done += unused.len();
+            match store.give_back(unused).await {
+                Ok(()) => metrics.record(Fate::GivenBack, blocks, hits),
+                Err(_) => metrics.record(Fate::Stranded, blocks, hits),
+            }
+        }
+        done
+    }
+
+    /// Stops taking blocks: from now on requests ask the store without
+    /// one, and the next [`Leases::step`] gives back every block held.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether a background fetch is asked for or under way.
+    pub(super) fn refilling(&self) -> bool {
+        self.shards.iter().any(|shard| {
+            shard
+                .read()
+                .values()
+                .flatten()
+                .any(|l| l.refilling.load(Ordering::Acquire))
+        })
+    }
+}
+
+impl<S: Store> Limiter<S> {
+    /// The leases' background work due now (by the limiter's clock):
+    /// fetches the blocks that run low, gives back those of quiet
+    /// descriptors and those that lapsed. Returns how many blocks were
+    /// fetched or given back. The server runs it ([`Limiter::run_leases`]);
+    /// tests call it to choose when it happens.
+    pub async fn lease_step(&self) -> usize {
+        match &self.leases {
+            Some(leases) => {
+                leases
+                    .step(&self.store, self.clock.now(), &self.metrics.lease)
+                    .await
+            }
+            None => 0,
+        }
+    }
+
+    /// Runs [`Limiter::lease_step`] whenever a block runs low, and every
+    /// 250 ms, until `shutdown`. Returns at once on a store without leases.
+    pub async fn run_leases(&self, shutdown: CancellationToken) {
+        let Some(leases) = &self.leases else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = leases.wake.notified() => {}
+                () = tokio::time::sleep(TICK) => {}
+            }
+            self.lease_step().await;
+        }
+    }
+
+    /// Takes no more blocks and gives back every unused hit of the blocks
+    /// held (at shutdown, once requests have drained), after any fetch
+    /// under way has landed (waiting at most a second for it).
+    pub async fn give_back_leases(&self) {
+        let Some(leases) = &self.leases else {
+            return;
+        };
+        leases.close();
+        // Fetches asked for are dropped; one under way (the background
+        // task's) lands before its block is given back.
+        self.lease_step().await;
+        for _ in 0..100 {
+            if !leases.refilling() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.lease_step().await;
+    }
+}

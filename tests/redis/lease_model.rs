@@ -1,0 +1,321 @@
+//! Leased quotas against the plain model: three limiter instances with
+//! `lease: true` on one Redis (standalone, and a Cluster), random
+//! interleavings of hits, clock steps, background work (block fetches,
+//! give-backs of quiet descriptors) and quiet gaps.
+//!
+//! Properties, for fixed windows, sliding windows and GCRA:
+//!
+//! - never over-admits: every hit any instance admitted, replayed in the
+//!   order and at the time it was admitted through the model *without*
+//!   leases (`model.rs`, which counts only admitted hits), is admitted;
+//! - bounded shortfall: a refused hit would also be refused by the model
+//!   given the stated bound of extra hits (three blocks of
+//!   `requests_per_unit / 16` per instance, plus the hits asked for);
+//! - after every instance gives its blocks back, the store's count of each
+//!   window (fixed, sliding) is exactly the hits admitted in it, and a GCRA
+//!   bucket never has more room than the model says.
+
+use crate::model::{Model, fixed, gcra, sliding};
+use crate::support::backends::{Backend, cluster, redis_config, standalone};
+use crate::support::grpc::index;
+use arc_swap::ArcSwap;
+use floodgate::{Code, Descriptor, Limiter, LimiterOptions, Request};
+use floodgate::{ManualClock, RedisConfig, RedisStore, StoreKind, UnixMillis};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const INSTANCES: usize = 3;
+/// Window lengths, seconds: long enough that no key expires (in real
+/// time) while a case runs, short enough that cases cross windows.
+const WINDOWS: [u64; 3] = [10, 30, 60];
+const MAX_HITS: u64 = 3;
+const START: u64 = 1_700_000_080_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alg {
+    Fixed,
+    Sliding,
+    Gcra,
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    /// `hits` on key `k<key>` at instance `at`, `advance_ms` later.
+    Hit {
+        at: usize,
+        key: usize,
+        hits: u64,
+        advance_ms: u64,
+    },
+    /// Instance `at` runs its background work now.
+    Work { at: usize },
+    /// Nothing happens for a while (descriptors go quiet).
+    Gap { advance_ms: u64 },
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    alg: Alg,
+    limit: u64,
+    window: u64,
+    burst: u64,
+    actions: Vec<Action>,
+}
+
+fn case_gen() -> impl Strategy<Value = Case> {
+    // Dense traffic (a hit every half millisecond or so, mostly on one
+    // key) so that instances measure a rate worth blocks, background work
+    // every few hits, and now and then a quiet gap.
+    let key = prop_oneof![9 => Just(0usize), 1 => Just(1usize)];
+    let action = prop_oneof![
+        80 => (0..INSTANCES, key, 1..=MAX_HITS, 0u64..2).prop_map(
+            |(at, key, hits, advance_ms)| Action::Hit { at, key, hits, advance_ms }
+        ),
+        20 => (0..INSTANCES).prop_map(|at| Action::Work { at }),
+        1 => (100u64..2_500).prop_map(|advance_ms| Action::Gap { advance_ms }),
+    ];
+    (
+        prop_oneof![Just(Alg::Fixed), Just(Alg::Sliding), Just(Alg::Gcra)],
+        32u64..700,
+        0..WINDOWS.len(),
+        1u64..=4,
+        proptest::collection::vec(action, 300..1_200),
+    )
+        .prop_map(|(alg, limit, w, burst_div, actions)| Case {
+            alg,
+            limit,
+            window: WINDOWS[w],
+            // A burst of a quarter to all of the limit.
+            burst: (limit / burst_div).max(1),
+            actions,
+        })
+}
+
+fn yaml(case: &Case) -> String {
+    let (algorithm, burst) = match case.alg {
+        Alg::Fixed => ("fixed_window", String::new()),
+        Alg::Sliding => ("sliding_window", String::new()),
+        Alg::Gcra => ("gcra", format!(", burst: {}", case.burst)),
+    };
+    let mut out = String::from("domain: m\ndescriptors:\n");
+    for key in ["k0", "k1"] {
+        out.push_str(&format!(
+            "  - key: {key}\n    rate_limit: {{unit: second, unit_multiplier: {}, requests_per_unit: {}, algorithm: {algorithm}, lease: true{burst}}}\n",
+            case.window, case.limit
+        ));
+    }
+    out
+}
+
+/// The model's answer for `hits` on `key` at `now`, without leases.
+fn model_op(m: &mut Model, case: &Case, key: usize, hits: u64, now: u64) -> crate::model::Out {
+    let id = format!("k{key}");
+    match case.alg {
+        Alg::Fixed => fixed(m, &id, case.limit, case.window, hits, now, true),
+        Alg::Sliding => sliding(m, &id, &[(case.limit, case.window)], hits, now),
+        Alg::Gcra => gcra(m, &id, case.limit, case.window, case.burst, hits, now),
+    }
+}
+
+/// The stated bound of hits an instance holds back: a block held, one
+/// being fetched and one that lapsed and is being given back, each at most
+/// `requests_per_unit / 16` (GCRA: of the burst, when smaller), plus the
+/// hits of the request that found its block short.
+fn shortfall_bound(case: &Case) -> u64 {
+    let base = match case.alg {
+        Alg::Gcra => case.limit.min(case.burst),
+        _ => case.limit,
+    };
+    INSTANCES as u64 * (3 * (base / 16) + MAX_HITS)
+}
+
+static CASE: AtomicU64 = AtomicU64::new(0);
+/// Blocks taken over all cases: the property means something only if
+/// instances did admit from blocks.
+static BLOCKS: AtomicU64 = AtomicU64::new(0);
+
+/// A counter of the limiter's `/metrics` text.
+fn metric(limiter: &Limiter<StoreKind>, series: &str) -> u64 {
+    let text = limiter.metrics().render(None);
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn check(
+    case: &Case,
+    backend: &Backend,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(), TestCaseError> {
+    let StoreKind::Redis { main, .. } = &backend.store else {
+        unreachable!("leases are tested on Redis");
+    };
+    let prefix = format!(
+        "lease{}_{}:",
+        main.config().key_prefix,
+        CASE.fetch_add(1, Ordering::Relaxed)
+    );
+    let rules = Arc::new(ArcSwap::from_pointee(index(&[("m.yaml", &yaml(case))])));
+    let clock = ManualClock::new(UnixMillis(START));
+    // Each instance with a store of its own (its own connections), on the
+    // same Redis and key prefix.
+    let limiters: Vec<Limiter<StoreKind>> = (0..INSTANCES)
+        .map(|_| {
+            let store = RedisStore::new(RedisConfig {
+                key_prefix: prefix.clone(),
+                ..redis_config(main.config().mode, main.config().url.clone())
+            });
+            rt.block_on(store.connect()).expect("redis reachable");
+            Limiter::new(
+                rules.clone(),
+                StoreKind::Redis {
+                    main: store,
+                    per_second: None,
+                },
+                Arc::new(clock.clone()),
+                LimiterOptions::default(),
+            )
+        })
+        .collect();
+    let mut model = Model::default();
+    let bound = shortfall_bound(case);
+    let mut now = START;
+    let (mut admitted, mut refused) = (0u64, 0u64);
+    for (n, action) in case.actions.iter().enumerate() {
+        match *action {
+            Action::Hit {
+                at,
+                key,
+                hits,
+                advance_ms,
+            } => {
+                now += advance_ms;
+                clock.set(UnixMillis(now));
+                let request = Request {
+                    domain: "m".into(),
+                    descriptors: vec![Descriptor {
+                        hits_addend: Some(hits),
+                        ..Descriptor::from_pairs([(format!("k{key}").as_str(), "v")])
+                    }],
+                    hits_addend: 1,
+                };
+                let answer = rt
+                    .block_on(limiters[at].should_rate_limit(&request))
+                    .map_err(|e| TestCaseError::fail(format!("action {n}: {e}")))?;
+                let status = &answer.statuses[0];
+                if status.code == Code::Ok {
+                    admitted += hits;
+                    let out = model_op(&mut model, case, key, hits, now);
+                    prop_assert!(
+                        !out.over,
+                        "action {n} at {now} ms: instance {at} admitted {hits} on k{key} that the model refuses: {:?}\n{}",
+                        out,
+                        yaml(case)
+                    );
+                    // What is certainly left is never more than what is.
+                    prop_assert!(
+                        u64::from(status.limit_remaining) <= out.remaining + bound,
+                        "action {n}: remaining {} over the model's {} (+{bound})",
+                        status.limit_remaining,
+                        out.remaining
+                    );
+                } else {
+                    refused += hits;
+                    let out = model_op(&mut model.clone(), case, key, hits + bound, now);
+                    prop_assert!(
+                        out.over,
+                        "action {n} at {now} ms: instance {at} refused {hits} on k{key}, but the model admits {} more (bound {bound}): {:?}\n{}",
+                        hits + bound,
+                        out,
+                        yaml(case)
+                    );
+                }
+            }
+            Action::Work { at } => {
+                rt.block_on(limiters[at].lease_step());
+            }
+            Action::Gap { advance_ms } => {
+                now += advance_ms;
+                clock.set(UnixMillis(now));
+            }
+        }
+    }
+    for limiter in &limiters {
+        rt.block_on(limiter.give_back_leases());
+        BLOCKS.fetch_add(
+            metric(limiter, "ratelimit_lease_blocks_total{outcome=\"taken\"}"),
+            Ordering::Relaxed,
+        );
+    }
+    // Every block is back: the store counts what was admitted.
+    for key in 0..2 {
+        let request = Request {
+            domain: "m".into(),
+            descriptors: vec![Descriptor::from_pairs([(format!("k{key}").as_str(), "v")])],
+            hits_addend: 1,
+        };
+        let explained = rt
+            .block_on(limiters[0].explain(&request))
+            .map_err(|e| TestCaseError::fail(format!("explain: {e}")))?;
+        let window = &explained.descriptors[0].windows[0];
+        let out = model_op(&mut model.clone(), case, key, 0, now);
+        match case.alg {
+            Alg::Fixed | Alg::Sliding => prop_assert_eq!(
+                window.count,
+                out.before,
+                "k{}: the store counts {} after give-back, {} admitted ({} admitted, {} refused in all)\n{}",
+                key,
+                window.count,
+                out.before,
+                admitted,
+                refused,
+                yaml(case)
+            ),
+            Alg::Gcra => prop_assert!(
+                window.remaining <= out.remaining,
+                "k{key}: the store has room for {}, the model {}",
+                window.remaining,
+                out.remaining
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn run(backend: impl std::future::Future<Output = Backend>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = rt.block_on(backend);
+    let cases = std::env::var("MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let before = BLOCKS.load(Ordering::Relaxed);
+    if let Err(err) = runner.run(&case_gen(), |case| check(&case, &backend, &rt)) {
+        panic!("{err}");
+    }
+    assert!(
+        BLOCKS.load(Ordering::Relaxed) > before + 4 * u64::from(cases),
+        "too few blocks taken for the cases to test leases"
+    );
+}
+
+#[test]
+fn leased_instances_on_redis_never_over_admit() {
+    run(standalone());
+}
+
+#[test]
+fn leased_instances_on_a_cluster_never_over_admit() {
+    run(cluster());
+}
