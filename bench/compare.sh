@@ -23,7 +23,11 @@
 #   the embedded store writing its snapshot every second
 #   (MEMORY_STORE_SNAPSHOT_PATH). FILL=1 first brings every embedded store
 #   to its byte budget (128 MiB) with hour-long counters of wide keys, so
-#   snapshots carry a full store.
+#   snapshots carry a full store. Stores `redis_lease` and `cluster_lease`
+#   (in STORES) are floodgate on Redis / the Cluster with the hot
+#   descriptor's rule leased (`lease: true`, the `leased` key); every Redis
+#   server's row also shows its script calls per 100 requests (from its own
+#   /metrics).
 #
 # Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
 # PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
@@ -95,11 +99,13 @@ h2() {
         wide "$@"
         return
     fi
-    local port=$1 label=$2 seconds=$3 pids=()
+    local port=$1 label=$2 seconds=$3 pids=() body=body
+    # A leased server's hot keys are on the leased rule.
+    [[ $label == *lease* ]] && body=body-lease
     for i in $(seq 0 $((PROCS - 1))); do
         taskset -c "$LOAD_CPU" h2load -D "$seconds" -c "$CONNS" -m "$STREAMS" -t 1 \
             -H 'content-type: application/grpc' -H 'te: trailers' \
-            -d "$OUT/body-$i.bin" --log-file "$OUT/$label-$i.log" \
+            -d "$OUT/$body-$i.bin" --log-file "$OUT/$label-$i.log" \
             "http://127.0.0.1:$port$METHOD" >"$OUT/$label-$i.txt" 2>&1 &
         pids+=($!)
     done
@@ -115,6 +121,7 @@ echo "==> building release binaries"
 cargo build --release --locked --bin floodgate --example grpc_body --example ceiling --example wide_load
 for i in $(seq 0 $((PROCS - 1))); do
     "$BIN/examples/grpc_body" encode bench "client=c$i" >"$OUT/body-$i.bin"
+    "$BIN/examples/grpc_body" encode bench "leased=c$i" >"$OUT/body-lease-$i.bin"
 done
 
 start() { # start COMMAND…: pinned to SERVER_CPU; sets PID
@@ -161,6 +168,9 @@ for store in memory redis; do
     serve "$store" "$BIN/floodgate" "$store" "127.0.0.1:$rport"
     [[ -z $BASELINE ]] || serve "${store}_base" "$BASELINE" "$store" "127.0.0.1:$rport"
 done
+if [[ " $STORES " == *" redis_lease "* ]]; then
+    serve redis_lease "$BIN/floodgate" redis "127.0.0.1:$rport"
+fi
 if [[ $SNAPSHOT == 1 ]]; then
     serve memory_snap "$BIN/floodgate" memory "127.0.0.1:$rport" \
         MEMORY_STORE_SNAPSHOT_PATH="$OUT/memory.snap"
@@ -172,6 +182,9 @@ if [[ $CLUSTER == 1 ]]; then
     if [[ " $STORES " == *" cluster "* ]]; then
         serve cluster "$BIN/floodgate" redis "$seeds" REDIS_TYPE=cluster
         [[ -z $BASELINE ]] || serve cluster_base "$BASELINE" redis "$seeds" REDIS_TYPE=cluster
+    fi
+    if [[ " $STORES " == *" cluster_lease "* ]]; then
+        serve cluster_lease "$BIN/floodgate" redis "$seeds" REDIS_TYPE=cluster
     fi
 fi
 for s in "${SERVERS[@]}"; do wait_for grpc_ok "${PORT[$s]}"; done
@@ -195,17 +208,24 @@ fi
 
 TICK=$(getconf CLK_TCK)
 echo "==> profile $PROFILE: $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
-printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\n' | tee "$OUT/rounds.tsv"
+calls() { # calls SERVER: script calls it has sent to Redis so far (0 for others)
+    [[ -n ${HTTP[$1]:-} ]] || { echo 0; return; }
+    curl -s "http://127.0.0.1:${HTTP[$1]}/metrics" | awk '/^ratelimit_redis_calls_total / { c = $2 } END { print c + 0 }'
+}
+printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\tcalls_per_100\n' | tee "$OUT/rounds.tsv"
 for round in $(seq "$ROUNDS"); do
     for s in "${SERVERS[@]}"; do
         h2 "${PORT[$s]}" "warm-$s" "$WARMUP" >/dev/null
+        k0=$(calls "$s")
         c0=$(cpu_ticks "${PIDOF[$s]}") r0=$(cpu_ticks "${STORE_PIDS[@]}")
         read -r rate p99 done_ < <(h2 "${PORT[$s]}" "$s-$round" "$DURATION")
         c1=$(cpu_ticks "${PIDOF[$s]}") r1=$(cpu_ticks "${STORE_PIDS[@]}")
+        k1=$(calls "$s")
+        per100=$(awk -v k=$((k1 - k0)) -v n="$done_" 'BEGIN { printf "%.2f", k * 100 / n }')
         per=$(awk -v c=$((c1 - c0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
         with=$(awk -v c=$((c1 - c0 + r1 - r0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
-        [[ $s == redis* || $s == cluster* ]] || with=-
-        printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$rate" "$p99" "$per" "$with" | tee -a "$OUT/rounds.tsv"
+        [[ $s == redis* || $s == cluster* ]] || { with=-; per100=-; }
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$rate" "$p99" "$per" "$with" "$per100" | tee -a "$OUT/rounds.tsv"
     done
 done
 
@@ -220,10 +240,13 @@ for s in servers:
     med[s] = [statistics.median(float(x[i]) for x in r) for i in (2, 3, 4)]
     if s.startswith(("redis", "cluster")):
         med[s].append(statistics.median(float(x[5]) for x in r))
-print("server\treq/s\tratio\tratio_to_tuned\tp99_ms\tcpu_us_per_req")
+        med[s].append(statistics.median(float(x[6]) for x in r))
+best = max(med["ceiling"][0], med["ceiling_tuned"][0])
+print("server\treq/s\tratio_to_better_noop\tp99_ms\tcpu_us_per_req\tscript_calls_per_100")
 for s in servers:
     rate, p99, cpu = med[s][:3]
     extra = f" ({med[s][3]:.1f} with redis-server)" if s.startswith(("redis", "cluster")) else ""
-    print(f"{s}\t{rate:.0f}\t{rate / med['ceiling'][0]:.2f}\t{rate / med['ceiling_tuned'][0]:.2f}"
-          f"\t{p99:.2f}\t{cpu:.1f}{extra}")
+    calls = f"{med[s][4]:.2f}" if s.startswith(("redis", "cluster")) else "-"
+    print(f"{s}\t{rate:.0f}\t{rate / best:.2f}"
+          f"\t{p99:.2f}\t{cpu:.1f}{extra}\t{calls}")
 EOF

@@ -40,8 +40,10 @@ mod step;
 const SHARDS: usize = 16;
 /// A block holds about this much of its descriptor's recent traffic.
 const SPAN_MS: u64 = 20;
-/// A descriptor's rate is measured over periods this long.
+/// A descriptor's rate is measured over periods this long at most.
 const PERIOD_MS: u64 = 100;
+/// ... or as soon as this many hits arrived.
+const QUICK_HITS: u64 = 64;
 /// A descriptor not asked for this long gives its block back.
 const QUIET_MS: u64 = 1_000;
 /// A block is at most the limit divided by this.
@@ -145,10 +147,12 @@ pub(crate) fn cap_of(spec: &Spec) -> u64 {
 }
 
 impl Held {
-    /// Counts `hits` asked for at `now` into the rate.
+    /// Counts `hits` asked for at `now` into the rate: measured every
+    /// [`PERIOD_MS`], or sooner once [`QUICK_HITS`] arrived (a burst on a
+    /// cold descriptor is measured within milliseconds).
     fn note(&mut self, hits: u64, now: UnixMillis) {
         let elapsed = now.0.saturating_sub(self.period_start.0);
-        if elapsed >= PERIOD_MS {
+        if elapsed >= PERIOD_MS || (self.period_hits >= QUICK_HITS && elapsed > 0) {
             let measured = self.period_hits.saturating_mul(1_000) / elapsed;
             // A quiet gap starts over; steady traffic averages.
             self.rate = if elapsed > 4 * PERIOD_MS {

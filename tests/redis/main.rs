@@ -13,6 +13,7 @@ mod conformance;
 mod faults;
 mod hostile;
 mod insight;
+mod lease;
 mod lease_model;
 mod memcached;
 mod model;

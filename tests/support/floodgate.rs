@@ -21,6 +21,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10}
   - key: cold
     rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: leased
+    rate_limit: {unit: minute, requests_per_unit: 1000, lease: true}
 ";
 
 /// Sends a raw HTTP/1.1 request with `body`; the status, or `None` when the
@@ -57,6 +59,9 @@ pub fn rss_kib(pid: u32) -> u64 {
 pub struct Floodgate {
     child: std::process::Child,
     grpc_port: u16,
+    /// The HTTP listener (`/json`, floodgate's own `/metrics`).
+    pub http: SocketAddr,
+    /// The Prometheus listener (the reference's series).
     pub metrics: SocketAddr,
     _rules: tempfile::TempDir,
 }
@@ -98,6 +103,7 @@ impl Floodgate {
         Self {
             child,
             grpc_port,
+            http,
             metrics: format!("127.0.0.1:{metrics_port}").parse().unwrap(),
             _rules: rules,
         }
