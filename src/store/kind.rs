@@ -130,11 +130,16 @@ impl Store for StoreKind {
         match self {
             // Answers at once: no deadline to keep.
             Self::Memory(store) => store.execute(batch, now).await,
-            Self::Memcache(store) => store.execute_within(batch, now, deadline).await,
+            // The network stores' futures are boxed: unboxed, every
+            // request's future (and so every hit answered in process: the
+            // embedded store, a lease's block) would carry their size,
+            // allocated and copied per request. They allocate per call
+            // anyway.
+            Self::Memcache(store) => Box::pin(store.execute_within(batch, now, deadline)).await,
             Self::Redis {
                 main,
                 per_second: None,
-            } => main.execute_within(batch, now, deadline).await,
+            } => Box::pin(main.execute_within(batch, now, deadline)).await,
             // Boxed: two stores' calls at once make a future twice the size
             // of one, and every request's future would carry that size
             // (allocated and copied per request) for a rare setup.
