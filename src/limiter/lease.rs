@@ -35,6 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 mod step;
+#[cfg(test)]
+mod tests;
 
 /// Lock shards of the table: descriptors on different shards never meet.
 const SHARDS: usize = 16;

@@ -56,6 +56,8 @@ descriptors:
     rate_limits:
       - {unit: minute, requests_per_unit: 2, algorithm: gcra, shadow_mode: true}
       - {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
+  - key: leased
+    rate_limit: {unit: minute, requests_per_unit: 3, lease: true}
   - key: burst
     rate_limits:
       - {unit: second, requests_per_unit: 3, algorithm: sliding_window}
@@ -408,4 +410,30 @@ async fn several_limits_report_the_violated_one() {
             (Code::OverLimit, 0, 3),
         ]
     );
+}
+
+#[tokio::test]
+async fn lease_on_the_embedded_store_changes_nothing() {
+    // One instance owns its counters: no block to take, and the fixed
+    // window counts over-limit hits as the reference does.
+    let (l, _) = limiter();
+    let mut remaining = Vec::new();
+    for _ in 0..5 {
+        let r = ask(&l, vec![one("leased", "a")]).await;
+        remaining.push((r.statuses[0].code, r.statuses[0].limit_remaining));
+    }
+    assert_eq!(
+        remaining,
+        [
+            (Code::Ok, 2),
+            (Code::Ok, 1),
+            (Code::Ok, 0),
+            (Code::OverLimit, 0),
+            (Code::OverLimit, 0)
+        ]
+    );
+    assert_eq!(l.lease_step().await, 0);
+    let explained = l.explain(&request(vec![one("leased", "a")])).await.unwrap();
+    assert_eq!(explained.descriptors[0].windows[0].count, 5);
+    assert_eq!(explained.descriptors[0].windows[0].lease, None);
 }
