@@ -95,8 +95,8 @@ pub struct Outcome {
     /// Which of the operation's limits this outcome reports: the first one
     /// violated, else the one with the least remaining.
     pub limit_index: usize,
-    /// Hits taken beyond the operation's own for a lease ([`crate::store`]'s
-    /// `Op::lease`): counted in the store, not yet admitted.
+    /// Hits taken beyond the operation's own for a lease (the store
+    /// operation's `lease`): counted in the store, not yet admitted.
     pub leased: u64,
 }
 
