@@ -291,10 +291,8 @@ fn run(backend: impl std::future::Future<Output = Backend>) {
         .build()
         .unwrap();
     let backend = rt.block_on(backend);
-    let cases = std::env::var("MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
+    // `MODEL_CASES`, as the model test.
+    let cases = crate::model::cases();
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,

@@ -1205,7 +1205,7 @@ fn check(
     Ok(())
 }
 
-fn cases() -> u32 {
+pub(crate) fn cases() -> u32 {
     std::env::var("MODEL_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
