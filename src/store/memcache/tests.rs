@@ -87,3 +87,15 @@ async fn no_server_is_a_config_error() {
         .unwrap_err();
     assert_eq!(err.kind(), "config");
 }
+
+#[tokio::test]
+async fn memcached_keeps_no_leases() {
+    // No script to take a block atomically: with `lease: true` every hit
+    // is still counted with `incr` (the rule loads: config/validation).
+    let store = MemcacheStore::connect(MemcacheConfig::servers(vec!["127.0.0.1:1".to_owned()]))
+        .await
+        .unwrap();
+    assert!(!crate::store::Store::leases(
+        &crate::store::StoreKind::Memcache(store)
+    ));
+}

@@ -74,7 +74,11 @@ descriptors:
     rate_limits:
       - {unit: minute, requests_per_unit: 3}
       - {unit: hour, requests_per_unit: 30, shadow_mode: true}
+  - key: leased
+    rate_limit: {unit: minute, requests_per_unit: 3, lease: true}
 ";
+    // `lease: true` loads and changes nothing there (memcached keeps no
+    // leases: store/memcache/tests.rs).
     assert_eq!(check(accepted), "<loaded>");
     let refused = r"
 domain: d
