@@ -27,27 +27,20 @@ use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::metrics::lease::{Fate, LeaseMetrics};
 use crate::store::{CounterId, Unused};
+use held::Held;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
+mod held;
 mod step;
 #[cfg(test)]
 mod tests;
 
 /// Lock shards of the table: descriptors on different shards never meet.
 const SHARDS: usize = 16;
-/// A block holds about this much of its descriptor's recent traffic.
-const SPAN_MS: u64 = 20;
-/// A descriptor's rate is measured over periods this long at most.
-const PERIOD_MS: u64 = 100;
-/// ... or as soon as this many hits arrived.
-const QUICK_HITS: u64 = 64;
-/// A descriptor not asked for this long gives its block back.
-const QUIET_MS: u64 = 1_000;
 /// A block is at most the limit divided by this.
 pub(crate) const CAP_DIVISOR: u64 = 16;
 /// Most descriptors with lease state at once; past it, new ones are
@@ -67,26 +60,6 @@ pub(super) struct Lease {
     /// A background fetch is asked for or under way.
     refilling: AtomicBool,
     held: Mutex<Held>,
-}
-
-#[derive(Debug, Default)]
-struct Held {
-    /// Hits taken and not yet admitted.
-    left: u64,
-    /// When the block was taken (names its window or bucket).
-    taken_at: UnixMillis,
-    /// GCRA: a lower bound of the TAT after the block, µs.
-    tat_us: u64,
-    /// When the limit resets, as the store said at the take.
-    reset_at: UnixMillis,
-    limit_index: usize,
-    /// The store's count after the take (fixed and sliding windows).
-    count_after: u64,
-    period_start: UnixMillis,
-    period_hits: u64,
-    /// Recent hits per second.
-    rate: u64,
-    last_used: UnixMillis,
 }
 
 /// What the table says for one hit.
@@ -136,6 +109,15 @@ impl Default for Leases {
     }
 }
 
+/// The lease of `id`'s operation `spec` in its shard's map, if any.
+fn find<'m>(
+    map: &'m HashMap<CounterId, Vec<Arc<Lease>>, fnv::FnvBuildHasher>,
+    id: &CounterId,
+    spec: Spec,
+) -> Option<&'m Arc<Lease>> {
+    map.get(id)?.iter().find(|l| l.spec == spec)
+}
+
 /// The largest block of a leased operation; 0 for algorithms without
 /// leases.
 pub(crate) fn cap_of(spec: &Spec) -> u64 {
@@ -146,56 +128,6 @@ pub(crate) fn cap_of(spec: &Spec) -> u64 {
         Spec::SlidingLog(_) | Spec::Concurrency(_) => 0,
     };
     limit / CAP_DIVISOR
-}
-
-impl Held {
-    /// Counts `hits` asked for at `now` into the rate: measured every
-    /// [`PERIOD_MS`], or sooner once [`QUICK_HITS`] arrived (a burst on a
-    /// cold descriptor is measured within milliseconds).
-    fn note(&mut self, hits: u64, now: UnixMillis) {
-        let elapsed = now.0.saturating_sub(self.period_start.0);
-        if elapsed >= PERIOD_MS || (self.period_hits >= QUICK_HITS && elapsed > 0) {
-            let measured = self.period_hits.saturating_mul(1_000) / elapsed;
-            // A quiet gap starts over; steady traffic averages.
-            self.rate = if elapsed > 4 * PERIOD_MS {
-                measured
-            } else {
-                self.rate.midpoint(measured)
-            };
-            self.period_start = now;
-            self.period_hits = 0;
-        }
-        self.period_hits = self.period_hits.saturating_add(hits);
-        self.last_used = now;
-    }
-
-    /// The block to ask for: about [`SPAN_MS`] of recent traffic.
-    fn want(&self, cap: u64) -> u64 {
-        (self.rate.saturating_mul(SPAN_MS) / 1_000).min(cap)
-    }
-
-    /// Whether hits of the block held may be admitted at `now`, with
-    /// `margin_us` to spare (GCRA).
-    fn usable(&self, spec: &Spec, now: UnixMillis, margin_us: u64) -> bool {
-        match spec {
-            Spec::FixedWindow { window, .. } => {
-                window.window_start(now) == window.window_start(self.taken_at)
-            }
-            Spec::SlidingWindow(sw) => sw
-                .series()
-                .as_slice()
-                .iter()
-                .all(|s| s.current_start(now) == s.current_start(self.taken_at)),
-            Spec::Gcra(g) => {
-                now.0
-                    .saturating_mul(1_000)
-                    .saturating_add(self.left.saturating_mul(g.interval_us()))
-                    .saturating_add(margin_us)
-                    <= self.tat_us
-            }
-            Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
-        }
-    }
 }
 
 impl Lease {
@@ -210,8 +142,25 @@ impl Lease {
         if held.left == 0 || held.usable(&self.spec, now, 0) {
             return None;
         }
+        self.take_unused(held, now, metrics)
+    }
+
+    /// Takes every unused hit out of the block held at `now`: to give back
+    /// to its window or bucket; a GCRA block only while it stays usable
+    /// long enough for the give-back to land, else it is stranded.
+    fn take_unused(
+        &self,
+        held: &mut Held,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) -> Option<Unused> {
+        let gcra = matches!(self.spec, Spec::Gcra(_));
+        let fits = !gcra || held.usable(&self.spec, now, GCRA_GIVE_BACK_MARGIN_US);
         let hits = std::mem::take(&mut held.left);
-        if matches!(self.spec, Spec::Gcra(_)) {
+        if hits == 0 {
+            return None;
+        }
+        if !fits {
             metrics.record(Fate::Stranded, 1, hits);
             return None;
         }
@@ -250,10 +199,7 @@ impl Leases {
         }
         {
             let shard = self.shard(id).read();
-            if let Some(lease) = shard
-                .get(id)
-                .and_then(|all| all.iter().find(|l| l.spec == spec))
-            {
+            if let Some(lease) = find(&shard, id, spec) {
                 return self.admit_on(lease, hits, now, metrics);
             }
         }
@@ -304,20 +250,8 @@ impl Leases {
                 want: if claimed { want } else { 0 },
             };
         }
-        let before = held.count_after.saturating_sub(held.left);
+        let outcome = held.admitted(held.left, hits, now);
         held.left -= hits;
-        let outcome = Outcome {
-            over_limit: false,
-            // What is certainly left: the block. Other instances may have
-            // spent what the store had left at the take.
-            remaining: held.left,
-            reset: Duration::from_millis(held.reset_at.0.saturating_sub(now.0)),
-            counted: true,
-            before,
-            after: before.saturating_add(hits),
-            limit_index: held.limit_index,
-            leased: 0,
-        };
         // The next block is fetched while this one still lasts.
         let low = held.left <= want / 2 && want > 0;
         drop(held);
@@ -329,22 +263,25 @@ impl Leases {
     }
 
     /// Keeps the block an operation that asked for `want` took at
-    /// `taken_at` (its `outcome` from the store).
+    /// `taken_at`, and turns its `outcome` from the store into the
+    /// caller's: the block is this instance's to admit, still remaining,
+    /// not yet counted as hits.
     pub(super) fn deposit(
         &self,
         lease: &Lease,
         want: u64,
-        outcome: &Outcome,
+        outcome: &mut Outcome,
         taken_at: UnixMillis,
         metrics: &LeaseMetrics,
     ) {
         self.deposit_block(lease, outcome, taken_at, metrics);
-        if want > 0 {
-            lease.refilling.store(false, Ordering::Release);
-        }
+        Self::release(lease, want);
+        outcome.remaining = outcome.remaining.saturating_add(outcome.leased);
+        outcome.after = outcome.after.saturating_sub(outcome.leased);
     }
 
-    /// An operation that asked for `want` failed: the next may take.
+    /// An operation that asked for `want` ended (or failed): the next may
+    /// take.
     pub(super) fn release(lease: &Lease, want: u64) {
         if want > 0 {
             lease.refilling.store(false, Ordering::Release);
@@ -370,10 +307,12 @@ impl Leases {
         held.taken_at = taken_at;
         held.reset_at = taken_at.saturating_add(outcome.reset);
         held.limit_index = outcome.limit_index;
-        held.count_after = outcome.after;
-        if let Spec::Gcra(g) = lease.spec {
+        held.count_after = match lease.spec {
             // No count: the burst used.
-            held.count_after = g.burst().saturating_sub(outcome.remaining);
+            Spec::Gcra(g) => g.burst().saturating_sub(outcome.remaining),
+            _ => outcome.after,
+        };
+        if matches!(lease.spec, Spec::Gcra(_)) {
             // The store said the TAT is `reset` (rounded up to whole ms)
             // after the take: less than 1 ms earlier is a bound below it.
             let reset_us = u64::try_from(outcome.reset.as_micros()).unwrap_or(u64::MAX);
@@ -389,10 +328,7 @@ impl Leases {
     /// then refused as a whole (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
     pub(super) fn restore(&self, id: &CounterId, spec: Spec, hits: u64) {
         let shard = self.shard(id).read();
-        if let Some(lease) = shard
-            .get(id)
-            .and_then(|all| all.iter().find(|l| l.spec == spec))
-        {
+        if let Some(lease) = find(&shard, id, spec) {
             let mut held = lease.held.lock();
             held.left = held.left.saturating_add(hits);
         }
@@ -409,21 +345,12 @@ impl Leases {
         now: UnixMillis,
     ) -> Option<(Option<Outcome>, u64)> {
         let shard = self.shard(id).read();
-        let lease = shard.get(id)?.iter().find(|l| l.spec == spec)?;
+        let lease = find(&shard, id, spec)?;
         let held = lease.held.lock();
         if held.left == 0 || !held.usable(&spec, now, 0) {
             return None;
         }
-        let admitted = (hits > 0 && held.left >= hits).then(|| Outcome {
-            over_limit: false,
-            remaining: held.left - hits,
-            reset: Duration::from_millis(held.reset_at.0.saturating_sub(now.0)),
-            counted: true,
-            before: 0,
-            after: 0,
-            limit_index: held.limit_index,
-            leased: 0,
-        });
+        let admitted = (hits > 0 && held.left >= hits).then(|| held.admitted(held.left, hits, now));
         Some((admitted, held.left))
     }
 }

@@ -257,11 +257,6 @@ impl<S: Store> Limiter<S> {
                         for (at, lease, want) in &deposits {
                             if let Some(outcome) = results.get_mut(*at) {
                                 leases.deposit(lease, *want, outcome, now, &self.metrics.lease);
-                                // The block is this instance's to admit:
-                                // still remaining, not yet counted as hits.
-                                outcome.remaining =
-                                    outcome.remaining.saturating_add(outcome.leased);
-                                outcome.after = outcome.after.saturating_sub(outcome.leased);
                             }
                         }
                     }

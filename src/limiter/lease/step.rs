@@ -2,8 +2,7 @@
 //! given back when their descriptor goes quiet or the process stops, and
 //! the limiter's handles on it (driven by the server, or by a test).
 
-use super::{GCRA_GIVE_BACK_MARGIN_US, Leases, QUIET_MS};
-use crate::algorithm::Spec;
+use super::Leases;
 use crate::clock::UnixMillis;
 use crate::limiter::Limiter;
 use crate::metrics::lease::{Fate, LeaseMetrics};
@@ -64,20 +63,9 @@ impl Leases {
             let mut forget = false;
             for lease in shard.read().values().flatten() {
                 let mut held = lease.held.lock();
-                let quiet = now.0.saturating_sub(held.last_used.0) >= QUIET_MS;
-                if held.left > 0 && (quiet || closed) {
-                    let margin = if matches!(lease.spec, Spec::Gcra(_)) {
-                        GCRA_GIVE_BACK_MARGIN_US
-                    } else {
-                        0
-                    };
-                    let hits = std::mem::take(&mut held.left);
-                    if held.usable(&lease.spec, now, margin) || !matches!(lease.spec, Spec::Gcra(_))
-                    {
-                        unused.push(lease.unused(hits, held.taken_at));
-                    } else {
-                        metrics.record(Fate::Stranded, 1, hits);
-                    }
+                let quiet = held.quiet(now);
+                if quiet || closed {
+                    unused.extend(lease.take_unused(&mut held, now, metrics));
                 }
                 forget |= quiet && held.left == 0;
             }
@@ -87,9 +75,7 @@ impl Leases {
                 shard.retain(|_, all| {
                     all.retain(|lease| {
                         let held = lease.held.lock();
-                        held.left > 0
-                            || now.0.saturating_sub(held.last_used.0) < QUIET_MS
-                            || lease.refilling.load(Ordering::Acquire)
+                        held.left > 0 || !held.quiet(now) || lease.refilling.load(Ordering::Acquire)
                     });
                     !all.is_empty()
                 });

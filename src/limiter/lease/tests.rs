@@ -1,7 +1,8 @@
 //! When a block may be used, how big blocks get, and how the rate that
 //! sizes them is measured.
 
-use super::{Held, QUICK_HITS, cap_of};
+use super::cap_of;
+use super::held::{Held, QUICK_HITS};
 use crate::algorithm::{FixedWindow, Gcra, Limits, SlidingLog, SlidingWindow, Spec};
 use crate::clock::UnixMillis;
 

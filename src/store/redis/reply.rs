@@ -95,7 +95,8 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
     }
     let at = |i: usize| reply.get(i).copied().unwrap_or(0);
     let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
-    // A lease's hits taken beyond the operation's: its reply's last item.
+    // A lease's hits taken beyond the operation's: its reply's last item
+    // (0 when refused: a refused lease takes nothing).
     let leased = match op.lease {
         Some(_) => reply.last().map_or(0, |&v| unsigned(v)),
         None => 0,
@@ -118,13 +119,7 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
                 .take(sw.buckets())
                 .map(|&v| unsigned(v))
                 .collect();
-            let counted = at(0) == 1;
-            sw.outcome(
-                &counts,
-                op.hits.saturating_add(if counted { leased } else { 0 }),
-                counted,
-                now,
-            )
+            sw.outcome(&counts, op.hits.saturating_add(leased), at(0) == 1, now)
         }
         Spec::SlidingLog(sl) => {
             let probes: Vec<WindowProbe> = reply
@@ -140,10 +135,8 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
         }
         Spec::Gcra(gcra) => {
             let stored = u64::try_from(at(1)).ok();
-            let counted = at(0) == 1;
-            let hits = op.hits.saturating_add(if counted { leased } else { 0 });
-            let (_, mut outcome) = gcra.decide(stored, now, hits);
-            outcome.counted = counted;
+            let (_, mut outcome) = gcra.decide(stored, now, op.hits.saturating_add(leased));
+            outcome.counted = at(0) == 1;
             outcome
         }
         Spec::Concurrency(c) => c.outcome(

@@ -1,0 +1,110 @@
+//! The block a lease holds and what it knows of its descriptor: hits left,
+//! when they may be used, the answer a hit admitted from them gets, and the
+//! recent rate that sizes the next block.
+
+use crate::algorithm::{Outcome, Spec};
+use crate::clock::UnixMillis;
+use std::time::Duration;
+
+/// A block holds about this much of its descriptor's recent traffic.
+const SPAN_MS: u64 = 20;
+/// A descriptor's rate is measured over periods this long at most.
+const PERIOD_MS: u64 = 100;
+/// ... or as soon as this many hits arrived.
+pub(super) const QUICK_HITS: u64 = 64;
+/// A descriptor not asked for this long gives its block back.
+const QUIET_MS: u64 = 1_000;
+
+/// A lease's block and its descriptor's recent rate.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// Hits taken and not yet admitted.
+    pub(super) left: u64,
+    /// When the block was taken (names its window or bucket).
+    pub(super) taken_at: UnixMillis,
+    /// GCRA: a lower bound of the TAT after the block, µs.
+    pub(super) tat_us: u64,
+    /// When the limit resets, as the store said at the take.
+    pub(super) reset_at: UnixMillis,
+    pub(super) limit_index: usize,
+    /// The store's count after the take (fixed and sliding windows).
+    pub(super) count_after: u64,
+    pub(super) period_start: UnixMillis,
+    pub(super) period_hits: u64,
+    /// Recent hits per second.
+    pub(super) rate: u64,
+    pub(super) last_used: UnixMillis,
+}
+
+impl Held {
+    /// Counts `hits` asked for at `now` into the rate: measured every
+    /// [`PERIOD_MS`], or sooner once [`QUICK_HITS`] arrived (a burst on a
+    /// cold descriptor is measured within milliseconds).
+    pub(super) fn note(&mut self, hits: u64, now: UnixMillis) {
+        let elapsed = now.0.saturating_sub(self.period_start.0);
+        if elapsed >= PERIOD_MS || (self.period_hits >= QUICK_HITS && elapsed > 0) {
+            let measured = self.period_hits.saturating_mul(1_000) / elapsed;
+            // A quiet gap starts over; steady traffic averages.
+            self.rate = if elapsed > 4 * PERIOD_MS {
+                measured
+            } else {
+                self.rate.midpoint(measured)
+            };
+            self.period_start = now;
+            self.period_hits = 0;
+        }
+        self.period_hits = self.period_hits.saturating_add(hits);
+        self.last_used = now;
+    }
+
+    /// Whether the descriptor has not been asked for in [`QUIET_MS`].
+    pub(super) fn quiet(&self, now: UnixMillis) -> bool {
+        now.0.saturating_sub(self.last_used.0) >= QUIET_MS
+    }
+
+    /// The answer for `hits` admitted from the block at `now`, the block
+    /// holding `left` before them (`left >= hits`).
+    pub(super) fn admitted(&self, left: u64, hits: u64, now: UnixMillis) -> Outcome {
+        let before = self.count_after.saturating_sub(left);
+        Outcome {
+            over_limit: false,
+            // What is certainly left: the block. Other instances may have
+            // spent what the store had left at the take.
+            remaining: left.saturating_sub(hits),
+            reset: Duration::from_millis(self.reset_at.0.saturating_sub(now.0)),
+            counted: true,
+            before,
+            after: before.saturating_add(hits),
+            limit_index: self.limit_index,
+            leased: 0,
+        }
+    }
+
+    /// The block to ask for: about [`SPAN_MS`] of recent traffic.
+    pub(super) fn want(&self, cap: u64) -> u64 {
+        (self.rate.saturating_mul(SPAN_MS) / 1_000).min(cap)
+    }
+
+    /// Whether hits of the block held may be admitted at `now`, with
+    /// `margin_us` to spare (GCRA).
+    pub(super) fn usable(&self, spec: &Spec, now: UnixMillis, margin_us: u64) -> bool {
+        match spec {
+            Spec::FixedWindow { window, .. } => {
+                window.window_start(now) == window.window_start(self.taken_at)
+            }
+            Spec::SlidingWindow(sw) => sw
+                .series()
+                .as_slice()
+                .iter()
+                .all(|s| s.current_start(now) == s.current_start(self.taken_at)),
+            Spec::Gcra(g) => {
+                now.0
+                    .saturating_mul(1_000)
+                    .saturating_add(self.left.saturating_mul(g.interval_us()))
+                    .saturating_add(margin_us)
+                    <= self.tat_us
+            }
+            Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
+        }
+    }
+}
