@@ -37,6 +37,8 @@ descriptors:
       unit: minute
       requests_per_unit: 100
       replaces: [{name: per_user}]
+  - key: tiles
+    rate_limit: {unit: hour, requests_per_unit: 100000}
   - key: key4
     rate_limit: {unit: hour, requests_per_unit: 15}
   - key: key5
@@ -392,6 +394,78 @@ pub(crate) async fn admit_exactly_the_limit(backend: &Backend, keys: &[&'static 
     }
 }
 
+/// Concurrent fixed-window hits on one counter (through two instances, so
+/// Redis lanes carry many of them in one call, where the store may send
+/// them as one increment): the counts each hit was answered with tile the
+/// counter exactly, as if the hits had been counted one by one: every
+/// hit's `[before, after)` is its own, no gap, no overlap, and the store's
+/// count is their sum. Requests vary their hits, some carry the
+/// descriptor twice, and in the second round check-only reads of the same
+/// counter run among them (which must see a count some order gives).
+pub(crate) async fn concurrent_hits_tile_the_count(backend: Backend) {
+    const LIMIT: u64 = 100_000;
+    let clock = ManualClock::new(UnixMillis::from_secs(T0));
+    let instances = [
+        limiter(&backend, &clock, LimiterOptions::default()),
+        limiter(&backend, &clock, LimiterOptions::default()),
+    ];
+    for (value, with_reads) in [("a", false), ("b", true)] {
+        let mut calls = tokio::task::JoinSet::new();
+        for i in 0..400u64 {
+            let l = instances[usize::try_from(i % 2).unwrap()].clone();
+            let hits = i % 3 + 1;
+            let descriptors: Vec<(&str, &str, Option<u64>)> = if with_reads && i % 7 == 0 {
+                vec![("tiles", value, Some(0))]
+            } else if i % 11 == 0 {
+                vec![("tiles", value, Some(hits)), ("tiles", value, Some(1))]
+            } else {
+                vec![("tiles", value, Some(hits))]
+            };
+            calls.spawn(async move {
+                let r = ask(&l, &descriptors).await;
+                descriptors
+                    .iter()
+                    .zip(&r.statuses)
+                    .map(|(&(_, _, hits), s)| {
+                        assert_eq!(s.code, Code::Ok);
+                        (hits.unwrap_or(1), LIMIT - u64::from(s.limit_remaining))
+                    })
+                    .collect::<Vec<_>>()
+            });
+        }
+        let mut spans = Vec::new();
+        let mut reads = Vec::new();
+        while let Some(answers) = calls.join_next().await {
+            for (hits, after) in answers.unwrap() {
+                if hits == 0 {
+                    reads.push(after);
+                } else {
+                    spans.push((after - hits, after));
+                }
+            }
+        }
+        spans.sort_unstable();
+        let mut next = 0;
+        for &(before, after) in &spans {
+            assert_eq!(before, next, "{value}: hits answered {spans:?}");
+            next = after;
+        }
+        // A read sees the count between two hits: some hit's before, or all.
+        assert!(
+            reads
+                .iter()
+                .all(|&read| read == next || spans.binary_search_by_key(&read, |s| s.0).is_ok()),
+            "{value}: reads {reads:?} of {spans:?}"
+        );
+        let r = ask(&instances[0], &[("tiles", value, Some(0))]).await;
+        assert_eq!(
+            LIMIT - u64::from(r.statuses[0].limit_remaining),
+            next,
+            "{value}: the store counted every hit once"
+        );
+    }
+}
+
 pub(crate) async fn hostile_values_never_collide(backend: Backend) {
     let clock = ManualClock::new(UnixMillis::from_secs(T0));
     let l = limiter(&backend, &clock, LimiterOptions::default());
@@ -715,6 +789,7 @@ conformance!(
     stop_increment_reference_vector,
     stop_increment_with_local_cache,
     concurrent_calls_admit_exactly_the_limit,
+    concurrent_hits_tile_the_count,
     hostile_values_never_collide,
     burst_then_sustained_sliding_windows,
     boundary_burst,

@@ -8,6 +8,10 @@
 //! many requests, so Redis runs one script and floodgate writes one command
 //! and reads one reply for all of them. Each request is still one round
 //! trip, and its operations still run atomically inside one script.
+//! Within a call, the fixed-window hits of every request on one counter go
+//! as one increment of their sum, each request answered with the count
+//! before its own hits (see [`merge`]): a hot descriptor costs Redis one
+//! command per call, not one per request.
 //!
 //! On a Cluster each master has lanes of its own, over connections
 //! floodgate dials to it directly (see [`cluster`]): requests on a hot key
@@ -32,6 +36,7 @@
 //! So every job is answered by its deadline, with one timer per call.
 
 mod cluster;
+mod merge;
 mod routed;
 
 pub(super) use cluster::ClusterLanes;
@@ -39,6 +44,7 @@ pub(super) use cluster::ClusterLanes;
 use super::call::{execute_batch, execute_on_node};
 use super::command::{KeysIn, batch_cmd};
 use super::fault::{Signals, is_unsent};
+use merge::Merged;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisError, RedisResult};
 use std::sync::Arc;
@@ -338,20 +344,22 @@ async fn drive(mut target: Target, jobs: mpsc::Receiver<Job>, signals: Arc<Signa
     while waiting.take(&mut batch).await {
         signals.count_call(batch.len());
         let ops = batch.iter().flat_map(|job| job.ops.iter());
+        let merged = Merged::of(ops.clone());
+        let sent = merged.sent(ops);
         let (cmd, expected) = match &target {
-            Target::Server(_) => batch_of(ops, KeysIn::Keys),
-            Target::Node(node) => node.command(ops),
+            Target::Server(_) => batch_of(sent, KeysIn::Keys),
+            Target::Node(node) => node.command(sent),
         };
         let result = waiting
             .await_call(send(&mut target, &cmd, expected), &mut batch)
             .await;
         match result {
-            Some(Ok(Some(replies))) => deliver(&mut batch, Ok(replies)),
+            Some(Ok(Some(replies))) => merged.deliver(&mut batch, Ok(replies)),
             // Only a node lane answers so: its node no longer serves one
             // of the call's slots, and nothing was written.
             Some(Ok(None)) => match &target {
                 Target::Node(node) => node.not_here(&mut batch),
-                Target::Server(_) => deliver(
+                Target::Server(_) => merged.deliver(
                     &mut batch,
                     Err(LaneError::Redis(super::reply::bad_reply(
                         "NOTLOCAL from a standalone server".to_owned(),
@@ -363,7 +371,7 @@ async fn drive(mut target: Target, jobs: mpsc::Receiver<Job>, signals: Arc<Signa
                 if let Target::Node(node) = &target {
                     node.failed();
                 }
-                deliver(&mut batch, Err(LaneError::from(err)));
+                merged.deliver(&mut batch, Err(LaneError::from(err)));
             }
             None => batch.clear(),
         }
@@ -399,30 +407,6 @@ async fn send(
         match result {
             Err(err) if tries < 2 && is_unsent(&err) => {}
             other => return other,
-        }
-    }
-}
-
-/// Hands each job its share of the call's replies (or the call's error);
-/// `execute_batch` checked the length.
-fn deliver(batch: &mut Vec<Job>, result: Replies) {
-    match result {
-        Ok(replies) => {
-            let mut rest = replies.as_slice();
-            for mut job in batch.drain(..) {
-                let (own, tail) = rest
-                    .split_at_checked(replies_len(&job.ops))
-                    .unwrap_or((rest, &[]));
-                rest = tail;
-                if job.waited_for() {
-                    job.answer(Ok(own.to_vec()));
-                }
-            }
-        }
-        Err(err) => {
-            for mut job in batch.drain(..) {
-                job.answer(Err(err.clone()));
-            }
         }
     }
 }
