@@ -34,6 +34,7 @@ use super::summary::{Label, SpaceSaving};
 use crate::clock::UnixMillis;
 use crate::descriptor::Entry;
 use arc_swap::ArcSwap;
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use rings::{DomainTop, Slot};
 use std::collections::HashMap;
@@ -163,8 +164,10 @@ pub struct TopRecorder {
 /// hash is needed there.
 type Domains = HashMap<Box<str>, Arc<Shards>, fnv::FnvBuildHasher>;
 
-/// One domain's rings, one set per shard (built on first use).
-type Shards = [Mutex<Option<Box<DomainTop>>>];
+/// One domain's rings, one set per shard (built on first use), each
+/// shard's lock on a cache line of its own: threads locking their own
+/// shards must not write one line between them.
+type Shards = [CachePadded<Mutex<Option<Box<DomainTop>>>>];
 
 impl Default for TopRecorder {
     fn default() -> Self {
@@ -209,7 +212,9 @@ impl TopRecorder {
                 return;
             }
         }
-        let shards: Arc<Shards> = (0..shard_count()).map(|_| Mutex::new(None)).collect();
+        let shards: Arc<Shards> = (0..shard_count())
+            .map(|_| CachePadded::new(Mutex::new(None)))
+            .collect();
         domains.insert(domain.into(), shards);
         self.domains.store(Arc::new(domains));
     }

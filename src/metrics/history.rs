@@ -160,17 +160,15 @@ impl Metrics {
                 .load()
                 .values()
                 .fold((0u64, 0u64), |(all, over), counts| {
-                    let [ok, over_limit] = &**counts;
-                    let over_limit = over_limit.load(Relaxed);
+                    let [ok, over_limit] = super::decision_totals(counts);
                     (
-                        all.saturating_add(ok.load(Relaxed))
-                            .saturating_add(over_limit),
+                        all.saturating_add(ok).saturating_add(over_limit),
                         over.saturating_add(over_limit),
                     )
                 });
         let (latency, latency_count) = self.request_latency.counts();
         Sample {
-            requests: self.total_requests.load(Relaxed),
+            requests: self.total_requests.get(),
             decisions,
             over_limit,
             store_errors: self.store_errors.load(Relaxed),

@@ -28,6 +28,7 @@ mod series;
 pub(crate) mod statsd;
 pub(crate) mod statsd_names;
 pub(crate) mod store;
+mod striped;
 #[cfg(test)]
 mod tests;
 
@@ -38,9 +39,10 @@ pub(crate) use render::{render_memory_store, render_redis_calls};
 
 use histogram::Histogram;
 use series::Series;
+use striped::{Counter, Gauge, Striped};
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Default cap on distinct per-rule stats keys.
@@ -61,6 +63,38 @@ pub struct RuleCounters {
     pub over_limit_with_local_cache: AtomicU64,
     /// Over-limit hits let through by shadow mode.
     pub shadow_mode: AtomicU64,
+}
+
+impl RuleCounters {
+    /// The totals of a rule's stripes.
+    fn sum(stripes: &Striped<Self>) -> Self {
+        let total = Self::default();
+        let add = |to: &AtomicU64, from: &AtomicU64| {
+            to.fetch_add(from.load(Ordering::Relaxed), Ordering::Relaxed);
+        };
+        for c in stripes.each() {
+            add(&total.total_hits, &c.total_hits);
+            add(&total.over_limit, &c.over_limit);
+            add(&total.near_limit, &c.near_limit);
+            add(&total.within_limit, &c.within_limit);
+            add(
+                &total.over_limit_with_local_cache,
+                &c.over_limit_with_local_cache,
+            );
+            add(&total.shadow_mode, &c.shadow_mode);
+        }
+        total
+    }
+}
+
+/// Both answers' counts of a domain, `[OK, OVER_LIMIT]`, over its stripes.
+fn decision_totals(stripes: &Striped<[AtomicU64; 2]>) -> [u64; 2] {
+    stripes.each().fold([0, 0], |[ok, over], [o, v]| {
+        [
+            ok.wrapping_add(o.load(Ordering::Relaxed)),
+            over.wrapping_add(v.load(Ordering::Relaxed)),
+        ]
+    })
 }
 
 /// What one limited descriptor did, for [`Metrics::record_rule`].
@@ -110,17 +144,18 @@ fn bounded_label(text: &str) -> &str {
 pub struct Metrics {
     near_limit_ratio: f64,
     max_series: usize,
-    rules: Series<RuleCounters>,
+    /// Each rule's counters, a stripe per thread (summed by readers).
+    rules: Series<Striped<RuleCounters>>,
     domains_not_found: Series<AtomicU64>,
     /// Answers per domain a rule file defines: `[OK, OVER_LIMIT]`.
-    decisions: Series<[AtomicU64; 2]>,
+    decisions: Series<Striped<[AtomicU64; 2]>>,
     series_dropped: AtomicU64,
     global_shadow_mode: AtomicU64,
-    total_requests: AtomicU64,
+    total_requests: Counter,
     service_errors: AtomicU64,
     store_errors: AtomicU64,
     failure_mode_answers: AtomicU64,
-    in_flight: AtomicI64,
+    in_flight: Gauge,
     request_latency: Histogram,
     store_latency: Histogram,
     /// The reference's response-time timer, in whole milliseconds.
@@ -152,11 +187,11 @@ impl Metrics {
             decisions: Series::default(),
             series_dropped: AtomicU64::new(0),
             global_shadow_mode: AtomicU64::new(0),
-            total_requests: AtomicU64::new(0),
+            total_requests: Counter::default(),
             service_errors: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
             failure_mode_answers: AtomicU64::new(0),
-            in_flight: AtomicI64::new(0),
+            in_flight: Gauge::default(),
             request_latency: Histogram::default(),
             store_latency: Histogram::default(),
             response_time_ms: statsd_names::TimerCounts::default(),
@@ -169,7 +204,7 @@ impl Metrics {
 
     /// The counters of `stats_key`, created on first use while under the
     /// series cap.
-    fn rule(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
+    fn rule(&self, stats_key: &str) -> Option<Arc<Striped<RuleCounters>>> {
         self.rules
             .get_or_add(bounded_label(stats_key), self.max_series)
     }
@@ -183,14 +218,20 @@ impl Metrics {
         if self
             .rules
             .with(bounded_label(stats_key), |counters| {
-                self.count_rule(counters, hit)
+                if let Some(counters) = counters.local() {
+                    self.count_rule(counters, hit);
+                }
             })
             .is_some()
         {
             return;
         }
         match self.rule(stats_key) {
-            Some(counters) => self.count_rule(&counters, hit),
+            Some(counters) => {
+                if let Some(counters) = counters.local() {
+                    self.count_rule(counters, hit);
+                }
+            }
             None => {
                 self.series_dropped
                     .fetch_add(hit.hits.max(1), Ordering::Relaxed);
@@ -248,9 +289,15 @@ impl Metrics {
     /// denied, in the rule's `shadow_mode` stat.
     pub fn record_shadow(&self, stats_key: &str, hits: u64) {
         match self.rule(stats_key) {
-            Some(c) => c.shadow_mode.fetch_add(hits, Ordering::Relaxed),
-            None => self.series_dropped.fetch_add(hits, Ordering::Relaxed),
-        };
+            Some(c) => {
+                if let Some(c) = c.local() {
+                    c.shadow_mode.fetch_add(hits, Ordering::Relaxed);
+                }
+            }
+            None => {
+                self.series_dropped.fetch_add(hits, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Counts a request for a domain no rule file defines.
@@ -269,8 +316,8 @@ impl Metrics {
     /// cannot grow the series), OVER_LIMIT or OK.
     pub fn record_decision(&self, domain: &str, over_limit: bool) {
         let at = usize::from(over_limit);
-        let count = |counters: &[AtomicU64; 2]| {
-            if let Some(counter) = counters.get(at) {
+        let count = |counters: &Striped<[AtomicU64; 2]>| {
+            if let Some(counter) = counters.local().and_then(|own| own.get(at)) {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         };
@@ -306,8 +353,8 @@ impl Metrics {
     /// Marks a request as started; the guard marks it finished when dropped.
     /// It borrows the metrics: no reference count is touched per request.
     pub fn start_request(&self) -> RequestGuard<'_> {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        self.total_requests.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.add(1);
+        self.total_requests.add(1);
         RequestGuard {
             metrics: self,
             started: std::time::Instant::now(),
@@ -329,9 +376,13 @@ impl Metrics {
         self.statsd_dropped.load(Ordering::Relaxed)
     }
 
-    /// The counters of one stats key, if tracked (for tests and tools).
-    pub fn rule_counters(&self, stats_key: &str) -> Option<Arc<RuleCounters>> {
-        self.rules.load().get(stats_key).cloned()
+    /// The counters of one stats key, if tracked (for tests and tools):
+    /// their totals now.
+    pub fn rule_counters(&self, stats_key: &str) -> Option<RuleCounters> {
+        self.rules
+            .load()
+            .get(stats_key)
+            .map(|c| RuleCounters::sum(c))
     }
 }
 
@@ -344,7 +395,7 @@ pub struct RequestGuard<'a> {
 
 impl Drop for RequestGuard<'_> {
     fn drop(&mut self) {
-        self.metrics.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.in_flight.add(-1);
         let elapsed = self.started.elapsed();
         self.metrics.request_latency.observe(elapsed);
         self.metrics.response_time_ms.observe(elapsed);

@@ -1,6 +1,6 @@
 //! Rendering every metric in the Prometheus text format.
 
-use super::{Metrics, RuleCounters};
+use super::{Metrics, RuleCounters, decision_totals};
 use crate::metrics::ReloadStats;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +11,10 @@ impl Metrics {
     pub fn render(&self, reloads: Option<&ReloadStats>) -> String {
         let mut out = String::with_capacity(4_096);
         let rules = self.rules.load();
-        let mut keys: Vec<_> = rules.iter().collect();
+        let mut keys: Vec<(&String, RuleCounters)> = rules
+            .iter()
+            .map(|(key, stripes)| (key, RuleCounters::sum(stripes)))
+            .collect();
         keys.sort_by_key(|(key, _)| *key);
         type Stat = fn(&RuleCounters) -> &AtomicU64;
         let stats: [(&str, Stat); 6] = [
@@ -51,12 +54,11 @@ impl Metrics {
         let mut names: Vec<_> = decisions.iter().collect();
         names.sort_by_key(|(domain, _)| *domain);
         for (domain, counts) in names {
-            for (code, count) in ["OK", "OVER_LIMIT"].iter().zip(counts.iter()) {
+            for (code, count) in ["OK", "OVER_LIMIT"].iter().zip(decision_totals(counts)) {
                 let _ = writeln!(
                     out,
-                    "{name}{{domain=\"{}\",code=\"{code}\"}} {}",
+                    "{name}{{domain=\"{}\",code=\"{code}\"}} {count}",
                     escape(domain),
-                    count.load(Ordering::Relaxed)
                 );
             }
         }
@@ -97,55 +99,54 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
-        let counters: [(&str, &str, &AtomicU64); 7] = [
+        let counters: [(&str, &str, u64); 7] = [
             (
                 "ratelimit_service_global_shadow_mode",
                 "Requests answered OK only because of SHADOW_MODE.",
-                &self.global_shadow_mode,
+                self.global_shadow_mode.load(Ordering::Relaxed),
             ),
             (
                 "ratelimit_server_should_rate_limit_total_requests",
                 "ShouldRateLimit requests (gRPC and /json).",
-                &self.total_requests,
+                self.total_requests.get(),
             ),
             (
                 "ratelimit_service_call_should_rate_limit_service_error",
                 "Requests that got an error instead of a decision.",
-                &self.service_errors,
+                self.service_errors.load(Ordering::Relaxed),
             ),
             (
                 "ratelimit_service_call_should_rate_limit_redis_error",
                 "Store failures (Redis errors and timeouts).",
-                &self.store_errors,
+                self.store_errors.load(Ordering::Relaxed),
             ),
             (
                 "ratelimit_service_store_failure_mode_answers",
                 "Requests answered by the failure mode while the store failed.",
-                &self.failure_mode_answers,
+                self.failure_mode_answers.load(Ordering::Relaxed),
             ),
             (
                 "ratelimit_metrics_series_dropped_total",
                 "Hits not recorded because the per-rule series cap was reached.",
-                &self.series_dropped,
+                self.series_dropped.load(Ordering::Relaxed),
             ),
             (
                 "ratelimit_statsd_dropped_lines_total",
                 "statsd lines not delivered (USE_STATSD sink unreachable or slow).",
-                &self.statsd_dropped,
+                self.statsd_dropped.load(Ordering::Relaxed),
             ),
         ];
         for (name, help, counter) in counters {
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                counter.load(Ordering::Relaxed)
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {counter}",
             );
         }
         let name = "ratelimit_server_should_rate_limit_in_flight";
         let _ = writeln!(
             out,
             "# HELP {name} Requests being answered now.\n# TYPE {name} gauge\n{name} {}",
-            self.in_flight.load(Ordering::Relaxed)
+            self.in_flight.get()
         );
         self.request_latency.render(
             &mut out,

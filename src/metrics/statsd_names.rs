@@ -129,12 +129,22 @@ pub(crate) const MAX_TIMER_MS: u64 = 10_000;
 /// and a Prometheus histogram with any buckets can be derived exactly.
 #[derive(Debug)]
 pub(super) struct TimerCounts {
+    /// The first [`STRIPED_MS`] milliseconds, where nearly every request
+    /// lands: a stripe per thread, so requests on many cores do not all
+    /// add to one cache line.
+    fast: super::striped::Striped<[AtomicU64; STRIPED_MS]>,
+    /// Every millisecond up to [`MAX_TIMER_MS`] (those below
+    /// [`STRIPED_MS`] stay zero).
     counts: Box<[AtomicU64]>,
 }
+
+/// Milliseconds counted per thread; see [`TimerCounts`].
+const STRIPED_MS: usize = 4;
 
 impl Default for TimerCounts {
     fn default() -> Self {
         Self {
+            fast: super::striped::Striped::default(),
             counts: (0..=MAX_TIMER_MS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -145,7 +155,12 @@ impl TimerCounts {
         let ms = u64::try_from(elapsed.as_millis())
             .unwrap_or(u64::MAX)
             .min(MAX_TIMER_MS);
-        if let Some(slot) = usize::try_from(ms).ok().and_then(|i| self.counts.get(i)) {
+        let Ok(ms) = usize::try_from(ms) else { return };
+        let slot = match self.fast.local() {
+            Some(fast) if ms < STRIPED_MS => fast.get(ms),
+            _ => self.counts.get(ms),
+        };
+        if let Some(slot) = slot {
             slot.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -156,7 +171,12 @@ impl TimerCounts {
             .iter()
             .zip(0_u64..)
             .filter_map(|(count, ms)| {
-                let n = count.load(Ordering::Relaxed);
+                let mut n = count.load(Ordering::Relaxed);
+                if let Some(i) = usize::try_from(ms).ok().filter(|&i| i < STRIPED_MS) {
+                    for fast in self.fast.each() {
+                        n = n.wrapping_add(fast.get(i).map_or(0, |c| c.load(Ordering::Relaxed)));
+                    }
+                }
                 (n > 0).then_some((ms, n))
             })
             .collect()
@@ -190,14 +210,17 @@ impl Metrics {
         ];
         {
             let rules = self.rules.load();
-            let mut keys: Vec<(&String, &std::sync::Arc<RuleCounters>)> = rules.iter().collect();
+            let mut keys: Vec<(&String, RuleCounters)> = rules
+                .iter()
+                .map(|(key, stripes)| (key, RuleCounters::sum(stripes)))
+                .collect();
             keys.sort_by(|a, b| a.0.cmp(b.0));
             for (key, counters) in keys {
                 let key = sanitize_stat_name(key);
                 for (stat, get) in per_rule {
                     push(
                         format!("ratelimit.service.rate_limit.{key}.{stat}"),
-                        get(counters).load(Ordering::Relaxed),
+                        get(&counters).load(Ordering::Relaxed),
                     );
                 }
             }
@@ -235,7 +258,7 @@ impl Metrics {
         );
         push(
             "ratelimit_server.ShouldRateLimit.total_requests".to_owned(),
-            load(&self.total_requests),
+            self.total_requests.get(),
         );
         stats
     }

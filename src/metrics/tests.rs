@@ -61,6 +61,8 @@ fn reference_near_limit_vector() {
             ..hit(16, 1, 15)
         },
     );
+    // A snapshot: read them again.
+    let c = m.rule_counters("d.k").unwrap();
     assert_eq!(c.over_limit.load(Ordering::Relaxed), 2);
     assert_eq!(c.over_limit_with_local_cache.load(Ordering::Relaxed), 1);
 }

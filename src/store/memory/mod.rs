@@ -177,9 +177,13 @@ impl MemoryStore {
     fn account(&self, shard: &mut ShardMap, old: usize, new: usize) {
         shard.dirty = true;
         shard.bytes = shard.bytes.saturating_sub(old).saturating_add(new);
-        if new >= old {
+        // The store-wide total is one cache line every shard shares: a hit
+        // that leaves its counter's size as it was (nearly every hit on a
+        // hot counter) does not write it, so threads counting in different
+        // shards, or on one hot counter, do not contend on it.
+        if new > old {
             self.inner.bytes.fetch_add(new - old, Ordering::Relaxed);
-        } else {
+        } else if new < old {
             self.inner.bytes.fetch_sub(old - new, Ordering::Relaxed);
         }
         while shard.bytes > self.inner.shard_budget && shard.map.len() > 1 {
