@@ -170,6 +170,7 @@ for store in memory redis; do
 done
 if [[ " $STORES " == *" redis_lease "* ]]; then
     serve redis_lease "$BIN/floodgate" redis "127.0.0.1:$rport"
+    [[ -z $BASELINE ]] || serve redis_lease_base "$BASELINE" redis "127.0.0.1:$rport"
 fi
 if [[ $SNAPSHOT == 1 ]]; then
     serve memory_snap "$BIN/floodgate" memory "127.0.0.1:$rport" \
@@ -185,6 +186,7 @@ if [[ $CLUSTER == 1 ]]; then
     fi
     if [[ " $STORES " == *" cluster_lease "* ]]; then
         serve cluster_lease "$BIN/floodgate" redis "$seeds" REDIS_TYPE=cluster
+        [[ -z $BASELINE ]] || serve cluster_lease_base "$BASELINE" redis "$seeds" REDIS_TYPE=cluster
     fi
 fi
 for s in "${SERVERS[@]}"; do wait_for grpc_ok "${PORT[$s]}"; done
