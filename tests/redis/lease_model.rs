@@ -320,3 +320,25 @@ fn leased_instances_on_redis_never_over_admit() {
 fn leased_instances_on_a_cluster_never_over_admit() {
     run(cluster());
 }
+
+/// A case found in CI on 2026-11-27 and not yet fixed: at action 617 a GCRA
+/// lease answers `limit_remaining` 187 where the model leaves 186 (the
+/// store's TAT about 1 ms behind the model's after blocks were taken, used
+/// and given back). It reproduces on this machine without tracing; tracing
+/// or `redis-cli MONITOR` changes the timing and hides it, so background
+/// refills take part. `cargo test --test redis replay_gcra_remaining_case
+/// -- --ignored` replays it.
+#[test]
+#[ignore = "known bug, not yet fixed: a GCRA lease's limit_remaining one over the model's"]
+fn replay_gcra_remaining_case() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let backend = rt.block_on(standalone());
+    let case = include!("lease_model_gcra_case.rs");
+    if let Err(err) = check(&case, &backend, &rt) {
+        panic!("{err}");
+    }
+}
