@@ -162,15 +162,15 @@ impl Merged {
     }
 
     /// Every operation's replies, in the call's order, from the replies of
-    /// the operations sent.
-    fn expand(&self, ops: impl Iterator<Item = usize>, sent: &[i64]) -> Vec<i64> {
+    /// the operations sent (as they are when nothing merged: no copy).
+    fn expand(&self, ops: impl Iterator<Item = usize>, sent: Vec<i64>) -> Vec<i64> {
         if self.parts.is_empty() {
-            return sent.to_vec();
+            return sent;
         }
         let mut all = Vec::with_capacity(sent.len() + 2 * self.parts.len());
         // Each merged counter's reply: its count before and counted.
         let mut leads: Vec<[i64; 2]> = vec![[0, 0]; self.merged.len()];
-        let mut rest = sent;
+        let mut rest = sent.as_slice();
         for (part, len) in self.parts.iter().zip(ops) {
             match *part {
                 Part::Alone => {
@@ -205,7 +205,7 @@ impl Merged {
                 let lens = batch
                     .iter()
                     .flat_map(|job| job.ops.iter().map(|op| op.reply_len));
-                self.expand(lens, &sent)
+                self.expand(lens, sent)
             }
             Err(err) => {
                 for mut job in batch.drain(..) {
@@ -305,7 +305,7 @@ mod tests {
             let mut counts = HashMap::new();
             let replies = run(&sent, &mut counts);
             prop_assert_eq!(
-                merged.expand(ops.iter().map(|op| op.reply_len), &replies),
+                merged.expand(ops.iter().map(|op| op.reply_len), replies),
                 expected
             );
             prop_assert_eq!(counts, alone);
