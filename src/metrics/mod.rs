@@ -218,20 +218,14 @@ impl Metrics {
         if self
             .rules
             .with(bounded_label(stats_key), |counters| {
-                if let Some(counters) = counters.local() {
-                    self.count_rule(counters, hit);
-                }
+                self.count_rule(counters.local(), hit);
             })
             .is_some()
         {
             return;
         }
         match self.rule(stats_key) {
-            Some(counters) => {
-                if let Some(counters) = counters.local() {
-                    self.count_rule(counters, hit);
-                }
-            }
+            Some(counters) => self.count_rule(counters.local(), hit),
             None => {
                 self.series_dropped
                     .fetch_add(hit.hits.max(1), Ordering::Relaxed);
@@ -289,15 +283,9 @@ impl Metrics {
     /// denied, in the rule's `shadow_mode` stat.
     pub fn record_shadow(&self, stats_key: &str, hits: u64) {
         match self.rule(stats_key) {
-            Some(c) => {
-                if let Some(c) = c.local() {
-                    c.shadow_mode.fetch_add(hits, Ordering::Relaxed);
-                }
-            }
-            None => {
-                self.series_dropped.fetch_add(hits, Ordering::Relaxed);
-            }
-        }
+            Some(c) => c.local().shadow_mode.fetch_add(hits, Ordering::Relaxed),
+            None => self.series_dropped.fetch_add(hits, Ordering::Relaxed),
+        };
     }
 
     /// Counts a request for a domain no rule file defines.
@@ -317,7 +305,7 @@ impl Metrics {
     pub fn record_decision(&self, domain: &str, over_limit: bool) {
         let at = usize::from(over_limit);
         let count = |counters: &Striped<[AtomicU64; 2]>| {
-            if let Some(counter) = counters.local().and_then(|own| own.get(at)) {
+            if let Some(counter) = counters.local().get(at) {
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         };

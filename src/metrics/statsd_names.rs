@@ -156,9 +156,10 @@ impl TimerCounts {
             .unwrap_or(u64::MAX)
             .min(MAX_TIMER_MS);
         let Ok(ms) = usize::try_from(ms) else { return };
-        let slot = match self.fast.local() {
-            Some(fast) if ms < STRIPED_MS => fast.get(ms),
-            _ => self.counts.get(ms),
+        let slot = if ms < STRIPED_MS {
+            self.fast.local().get(ms)
+        } else {
+            self.counts.get(ms)
         };
         if let Some(slot) = slot {
             slot.fetch_add(1, Ordering::Relaxed);
