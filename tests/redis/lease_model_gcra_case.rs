@@ -1,5 +1,6 @@
 // A case the lease model test found on 2026-11-27 (CI, random inputs),
-// replayed by `replay_gcra_remaining_case` in lease_model.rs.
+// replayed by `replay_gcra_remaining_case` in lease_model.rs: a GCRA state
+// that expired in Redis (real time) while the test's clock still needed it.
 Case {
     alg: Alg::Gcra,
     limit: 379,

@@ -32,6 +32,10 @@ descriptors:
     descriptors:
       - key: user
         rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: paced
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra, burst: 5}
+  - key: logged
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: sliding_log}
 ";
 
 const T0: u64 = 1_700_000_080;
@@ -84,6 +88,47 @@ async fn keys_carry_prefix_hash_tag_window_and_expiry() {
         .parse()
         .unwrap();
     assert!((55..=65).contains(&ttl), "ttl {ttl}");
+    server.shutdown().await;
+}
+
+/// Milliseconds Redis keeps `key` (PTTL).
+fn pttl(redis: &RedisServer, key: &str) -> i64 {
+    redis.cli(&["PTTL", key]).unwrap().trim().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcra_states_and_logs_outlive_their_time_by_the_clock_skew() {
+    // Redis expires keys by its own clock. An instance whose clock is
+    // behind the writer's still needs a TAT or a log entry after the
+    // writer's clock has passed it: each key lives 2 s (the skew sliding
+    // windows allow) past what it holds.
+    let redis = RedisServer::start();
+    let server = serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions::default(),
+    )
+    .await;
+    let mut client = server.client().await;
+    for _ in 0..3 {
+        let r = ask(
+            &mut client,
+            request("edge", &[&[("paced", "a")], &[("logged", "a")]]),
+        )
+        .await;
+        assert_eq!(r.overall_code, OK);
+    }
+    let gcra = "{edge|paced=a}g100000:5";
+    let log = "{edge|logged=a}l";
+    // Three cells of 100 ms: the TAT is 300 ms ahead; the log's window 1 s.
+    let (gcra_ttl, log_ttl) = (pttl(&redis, gcra), pttl(&redis, log));
+    assert!(
+        (2_000..=2_300).contains(&gcra_ttl),
+        "GCRA state expiry {gcra_ttl} ms"
+    );
+    assert!(
+        (2_000..=3_000).contains(&log_ttl),
+        "log expiry {log_ttl} ms"
+    );
     server.shutdown().await;
 }
 

@@ -8,6 +8,13 @@ use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
 use crate::store::Op;
 
+/// How long a GCRA state or sliding log outlives what it holds, ms: the
+/// clock skew between instances that leaves them exact (sliding windows
+/// read this far ahead). Redis expires keys by its own clock, so without
+/// it an instance behind the writer would find a state gone that its own
+/// clock still needs. `gcra.lua` adds the same.
+pub(super) const SKEW_MS: u64 = crate::algorithm::sliding_window::AHEAD_SECS * 1_000;
+
 impl RedisStore {
     /// One operation as its algorithm script's `key args…` (what the batch
     /// and peek scripts pass to it), and (when the batch may have to be
@@ -87,7 +94,9 @@ impl RedisStore {
                 let prefix = format!("{now_us}:{:x}:", self.nonce());
                 cmd.arg(op.hits)
                     .arg(now_us)
-                    .arg(sl.longest_ms().max(1))
+                    // The set outlives its window by the skew instances
+                    // may have: one behind the writer still reads it.
+                    .arg(sl.longest_ms().saturating_add(SKEW_MS))
                     .arg(now_us.saturating_sub(sl.longest_ms().saturating_mul(1_000)))
                     .arg(prefix.as_str());
                 for &(limit, window_ms) in sl.limits() {

@@ -43,7 +43,10 @@ if ARGV[6] then
     return {0, before, 0}
   end
 end
-local ttl_ms = math.ceil((new_tat - now) / 1000)
+-- The key outlives its TAT by the clock skew instances may have (2 s, as
+-- sliding windows read ahead): Redis expires it by its own clock, and an
+-- instance behind the writer must still find the TAT ahead of it.
+local ttl_ms = math.ceil((new_tat - now) / 1000) + 2000
 if ttl_ms < 1 then
   ttl_ms = 1
 end

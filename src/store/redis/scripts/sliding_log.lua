@@ -3,7 +3,8 @@
 -- KEYS[1]  sorted set of hits: score = time in µs, member unique per hit
 -- ARGV[1]  hits to add (0 reads without counting)
 -- ARGV[2]  now, µs (the score of added hits)
--- ARGV[3]  longest window, ms (expiry of the set)
+-- ARGV[3]  expiry of the set, ms: the longest window and the clock skew
+--          instances may have
 -- ARGV[4]  entries at or before this score (µs) are out of every window
 -- ARGV[5]  member prefix, unique to this request (members are prefix..k)
 -- ARGV[6…] pairs: limit, '(' .. window start µs (exclusive)
