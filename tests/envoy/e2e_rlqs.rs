@@ -6,7 +6,8 @@
 //! A rule of 60 per minute per user. One user's traffic goes through both
 //! Envoys at many times the limit for 30 s: the requests admitted (HTTP
 //! 200) stay within the README's bound, burst + rate x t plus what ALLOW_ALL
-//! let through before each Envoy's first assignment, and above 70 % of
+//! let through before each Envoy's first assignment (and 2 for the fill
+//! fraction Envoy keeps when an assignment changes), and above 70 % of
 //! burst + rate x t. A second user, through one Envoy, is limited on its
 //! own. Then floodgate stops: once the assignments' TTL has run out, both
 //! Envoys fall back to ALLOW_ALL; it restarts on the same port: assignments
@@ -149,6 +150,12 @@ async fn two_envoys_share_one_global_limit_fall_back_and_resume() {
     // What ALLOW_ALL let through before the first assignments: at most
     // the one request per Envoy and user sent before it.
     let (alice_unassigned, bob_unassigned) = (2.0, 1.0);
+    // The one thing outside the bound (docs/rlqs.md): Envoy keeps a
+    // bucket's fill fraction when its assignment changes, so a share that
+    // grows gains that fraction of its growth. Under this load a bucket
+    // holds at most about one of its ~30 tokens, and a share moves by a few
+    // tokens per report: well under 2 over the 6 reports of the traffic.
+    let regrant_gain = 2.0;
 
     let mut tick = tokio::time::interval(ROUND_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -195,8 +202,8 @@ async fn two_envoys_share_one_global_limit_fall_back_and_resume() {
     #[allow(clippy::cast_precision_loss)]
     let (alice, bob) = (alice_ok as f64, bob_ok as f64);
     assert!(
-        alice <= allowed + alice_unassigned,
-        "alice admitted {alice} in {t:.1} s through two Envoys; bound {allowed:.1} + {alice_unassigned}"
+        alice <= allowed + alice_unassigned + regrant_gain,
+        "alice admitted {alice} in {t:.1} s through two Envoys; bound {allowed:.1} + {alice_unassigned} + {regrant_gain}"
     );
     assert!(
         alice >= 0.7 * allowed,
@@ -205,7 +212,7 @@ async fn two_envoys_share_one_global_limit_fall_back_and_resume() {
     assert!(alice_denied > 0, "many times the limit was never denied");
     // bob's budget is his own: alice's traffic took none of it.
     assert!(
-        bob <= allowed + bob_unassigned,
+        bob <= allowed + bob_unassigned + regrant_gain,
         "bob admitted {bob} in {t:.1} s"
     );
     assert!(
