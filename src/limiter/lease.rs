@@ -252,8 +252,9 @@ impl Leases {
         }
         let outcome = held.admitted(held.left, hits, now);
         held.left -= hits;
-        // The next block is fetched while this one still lasts.
-        let low = held.left <= want / 2 && want > 0;
+        // The next block is fetched while a whole block's worth is left,
+        // so it lands before this one is spent.
+        let low = held.left <= want && want > 0;
         drop(held);
         if low && !lease.refilling.swap(true, Ordering::AcqRel) {
             self.refills.lock().push(Arc::clone(lease));

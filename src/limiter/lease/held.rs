@@ -6,8 +6,12 @@ use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use std::time::Duration;
 
-/// A block holds about this much of its descriptor's recent traffic.
-const SPAN_MS: u64 = 20;
+/// A block holds about this much of its descriptor's recent traffic: long
+/// enough that the next block lands before this one is spent even when
+/// Redis calls queue behind a busy instance's requests (at 20 ms, one
+/// hot-key request in eight found its block empty under load and went to
+/// Redis itself).
+pub(super) const SPAN_MS: u64 = 50;
 /// A descriptor's rate is measured over periods this long at most.
 const PERIOD_MS: u64 = 100;
 /// ... or as soon as this many hits arrived.

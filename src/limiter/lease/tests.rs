@@ -2,7 +2,7 @@
 //! sizes them is measured.
 
 use super::cap_of;
-use super::held::{Held, QUICK_HITS};
+use super::held::{Held, QUICK_HITS, SPAN_MS};
 use crate::algorithm::{FixedWindow, Gcra, Limits, SlidingLog, SlidingWindow, Spec};
 use crate::clock::UnixMillis;
 
@@ -81,14 +81,14 @@ fn the_block_wanted_follows_the_rate_and_stays_under_the_cap() {
     h.note(1, UnixMillis(T0));
     assert_eq!(h.want(1_000), 0);
     // A burst: QUICK_HITS hits in 10 ms is 6,400 per second, measured at
-    // once; a block is 20 ms of it.
+    // once; a block is SPAN_MS of it.
     for _ in 0..QUICK_HITS {
         h.note(1, UnixMillis(T0 + 10));
     }
     h.note(1, UnixMillis(T0 + 11));
     // Averaged with the cold period before: about 3,200.
     assert!(h.rate >= 3_000, "rate {}", h.rate);
-    assert_eq!(h.want(1_000), h.rate * 20 / 1_000);
+    assert_eq!(h.want(1_000), h.rate * SPAN_MS / 1_000);
     assert_eq!(h.want(50), 50);
     // A quiet second: the rate starts over from what it measures.
     h.note(1, UnixMillis(T0 + 2_000));
