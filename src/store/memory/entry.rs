@@ -48,11 +48,87 @@ impl CounterKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A counter's key in its shard's map, carrying its hash: the identity is
+/// hashed once per operation (with the store's keyed hasher, which also
+/// picks the shard), outside the shard's lock, and the map only reads the
+/// hash back.
+#[derive(Debug, Clone)]
 pub(super) struct EntryKey {
     pub(super) id: CounterId,
     pub(super) kind: CounterKind,
+    hash: u64,
 }
+
+impl EntryKey {
+    /// The key of `id`'s `kind` state, `id_hash` being the keyed hash of
+    /// `id`. Its hash mixes the kind into it with a bijective finalizer,
+    /// so the keys of one shard (whose identity hashes share their low
+    /// bits) spread over the whole map, and stay as unpredictable to a
+    /// caller choosing descriptors as the keyed hash is.
+    pub(super) fn new(id_hash: u64, id: CounterId, kind: CounterKind) -> Self {
+        let code = match kind {
+            CounterKind::Fixed {
+                window_secs,
+                start_secs,
+            } => mix(mix(1 ^ window_secs) ^ start_secs),
+            CounterKind::Sliding => 2,
+            CounterKind::Log => 3,
+            CounterKind::Gcra { interval_us, burst } => mix(mix(4 ^ interval_us) ^ burst),
+            CounterKind::Concurrency => 5,
+        };
+        Self {
+            id,
+            kind,
+            hash: mix(id_hash ^ code),
+        }
+    }
+}
+
+/// SplitMix64's finalizer: every input bit moves every output bit.
+const fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl PartialEq for EntryKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.kind == other.kind && self.id == other.id
+    }
+}
+
+impl Eq for EntryKey {}
+
+impl std::hash::Hash for EntryKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// The map's hasher: hands on the hash an [`EntryKey`] carries.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Carried(u64);
+
+impl std::hash::Hasher for Carried {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only write_u64 is ever called (EntryKey's Hash); anything else
+        // still hashes, by folding.
+        for &b in bytes {
+            self.0 = mix(self.0 ^ u64::from(b));
+        }
+    }
+}
+
+/// Builds [`Carried`] hashers.
+pub(super) type CarriedHash = std::hash::BuildHasherDefault<Carried>;
 
 #[derive(Debug, Clone)]
 pub(super) enum State {

@@ -26,7 +26,7 @@ use super::{Batch, CounterId, Op, Store, StoreError};
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::metrics::store::{MemoryStats, SnapshotStats};
-use entry::{CounterKind, Entry, EntryKey, State, charge};
+use entry::{CarriedHash, CounterKind, Entry, EntryKey, State, charge};
 use lru::LruCache;
 use parking_lot::Mutex;
 use std::hash::{BuildHasher, RandomState};
@@ -39,7 +39,7 @@ const SHARDS: usize = 64;
 
 #[derive(Debug)]
 struct ShardMap {
-    map: LruCache<EntryKey, Entry, RandomState>,
+    map: LruCache<EntryKey, Entry, CarriedHash>,
     bytes: usize,
     /// Changed since its last snapshot image was encoded (set under the
     /// shard's lock, which every change holds anyway: free on the request
@@ -132,7 +132,7 @@ impl MemoryStore {
         let hasher = RandomState::new();
         let shards = Box::new(std::array::from_fn(|_| {
             Mutex::new(ShardMap {
-                map: LruCache::unbounded_with_hasher(hasher.clone()),
+                map: LruCache::unbounded_with_hasher(CarriedHash::default()),
                 bytes: 0,
                 dirty: true,
             })
@@ -196,17 +196,18 @@ impl MemoryStore {
         }
     }
 
-    /// The shard of `key`: by its counter identity alone, so every window
-    /// of one descriptor lives in one shard (a snapshot then rewrites only
-    /// the shards of the descriptors that changed, not one more shard per
-    /// new window).
-    fn shard(&self, key: &EntryKey) -> &Shard {
-        let hash = self.inner.hasher.hash_one(&key.id);
+    /// The key of `id`'s `kind` state and its shard: by the identity
+    /// alone, so every window of one descriptor lives in one shard (a
+    /// snapshot then rewrites only the shards of the descriptors that
+    /// changed, not one more shard per new window).
+    fn key(&self, id: CounterId, kind: CounterKind) -> (EntryKey, &Shard) {
+        let hash = self.inner.hasher.hash_one(&id);
         // SHARDS is a power of two, so masking picks a uniform shard; the
         // masked value is < SHARDS and always fits in usize.
         let index = usize::try_from(hash & (SHARDS as u64 - 1)).unwrap_or(0);
         #[allow(clippy::indexing_slicing)] // masked below SHARDS, the array's length
-        &self.inner.shards[index]
+        let shard = &self.inner.shards[index];
+        (EntryKey::new(hash, id, kind), shard)
     }
 
     /// Applies every operation of `batch` at `now`. Synchronous because no
@@ -253,12 +254,9 @@ impl MemoryStore {
         now: UnixMillis,
         refuse_over: bool,
     ) -> Outcome {
-        let key = EntryKey {
-            id,
-            kind: CounterKind::of(spec, now),
-        };
+        let (key, shard) = self.key(id, CounterKind::of(spec, now));
         let key_len = key.id.as_str().len();
-        let mut shard = self.shard(&key).lock();
+        let mut shard = shard.lock();
         let slot = shard.map.get_or_insert_mut(key, || Entry {
             state: State::new(spec),
             expires_at: now,
@@ -283,15 +281,11 @@ impl MemoryStore {
             .ops
             .iter()
             .map(|op| {
-                let key = EntryKey {
-                    id: op.id.clone(),
-                    kind: CounterKind::of(&op.spec, now),
-                };
+                let (key, shard) = self.key(op.id.clone(), CounterKind::of(&op.spec, now));
                 let at = match copies.iter().position(|(k, _)| *k == key) {
                     Some(at) => at,
                     None => {
-                        let copy = self
-                            .shard(&key)
+                        let copy = shard
                             .lock()
                             .map
                             .peek(&key)
@@ -316,11 +310,8 @@ impl MemoryStore {
 
     /// Undoes a counted operation of a batch that is being refused.
     fn take_back(&self, op: &Op, now: UnixMillis) {
-        let key = EntryKey {
-            id: op.id.clone(),
-            kind: CounterKind::of(&op.spec, now),
-        };
-        let mut shard = self.shard(&key).lock();
+        let (key, shard) = self.key(op.id.clone(), CounterKind::of(&op.spec, now));
+        let mut shard = shard.lock();
         shard.dirty = true;
         let Some(slot) = shard.map.peek_mut(&key) else {
             return;
@@ -474,10 +465,11 @@ impl MemoryStore {
             };
             let entries = snapshot::decode(&bytes, now, &path)?;
             restored += entries.len();
-            for (key, mut entry) in entries {
-                let new = charge(key.id.as_str().len(), &entry.state);
+            for (id, kind, mut entry) in entries {
+                let new = charge(id.as_str().len(), &entry.state);
                 entry.bytes = new;
-                let mut shard = self.shard(&key).lock();
+                let (key, shard) = self.key(id, kind);
+                let mut shard = shard.lock();
                 let old = shard.map.put(key, entry).map_or(0, |old| old.bytes);
                 self.account(&mut shard, old, new);
             }

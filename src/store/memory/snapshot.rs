@@ -166,7 +166,7 @@ pub(super) fn decode(
     bytes: &[u8],
     now: UnixMillis,
     path: &Path,
-) -> Result<Vec<(EntryKey, Entry)>, SnapshotError> {
+) -> Result<Vec<(CounterId, CounterKind, Entry)>, SnapshotError> {
     let invalid = |reason| SnapshotError::Invalid {
         path: path.to_owned(),
         reason,
@@ -262,10 +262,8 @@ pub(super) fn decode(
         };
         if expires_at > now {
             entries.push((
-                EntryKey {
-                    id: CounterId::from_snapshot(id, candidate),
-                    kind,
-                },
+                CounterId::from_snapshot(id, candidate),
+                kind,
                 Entry {
                     state,
                     expires_at,

@@ -352,3 +352,35 @@ mod snapshots {
         assert_eq!(store.stats().snapshot.unwrap().failed, 0);
     }
 }
+
+#[test]
+fn the_keys_of_one_shard_spread_over_its_map() {
+    // A shard's identities share the low bits of their keyed hash; the
+    // key's own hash must not, or the shard's map would use a 64th of its
+    // slots.
+    use std::hash::BuildHasher as _;
+    let store = MemoryStore::new();
+    let kind = CounterKind::Fixed {
+        window_secs: 60,
+        start_secs: 1_700_000_040,
+    };
+    let (mut low_bits, mut in_shard) = (std::collections::HashSet::new(), 0);
+    for n in 0..4_096 {
+        let id = CounterId::new("d", [("k", n.to_string().as_str())]);
+        let (key, shard) = store.key(id.clone(), kind);
+        if !std::ptr::eq(shard, &store.inner.shards[0]) {
+            continue;
+        }
+        in_shard += 1;
+        low_bits.insert(CarriedHash::default().hash_one(&key) & 0x3f);
+        // The same identity and kind: the same key; another window: not.
+        assert_eq!(key, store.key(id.clone(), kind).0);
+        let next = CounterKind::Fixed {
+            window_secs: 60,
+            start_secs: 1_700_000_100,
+        };
+        assert_ne!(key, store.key(id, next).0);
+    }
+    assert!(in_shard > 30, "{in_shard} identities in shard 0");
+    assert!(low_bits.len() > 20, "{} low-bit patterns", low_bits.len());
+}
