@@ -112,8 +112,11 @@ local function run(keys, at)
   for i = 1, #keys do
     local kind = ARGV[at]
     local n = tonumber(ARGV[at + 1])
-    local hits = tonumber(ARGV[at + 2])
-    if kind == '1' and n == 4 and hits > 0 and ARGV[at + 5] == '0' then
+    local hits = 0
+    if kind == '1' and n == 4 and ARGV[at + 5] == '0' then
+      hits = tonumber(ARGV[at + 2])
+    end
+    if hits > 0 then
       -- The reference's fixed window, counting every hit (no refusal, no
       -- lease): fixed_window's own last lines, inline. Most operations
       -- are this one, and each saves the three tables and the call of
