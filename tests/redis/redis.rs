@@ -50,6 +50,15 @@ async fn serve(store: StoreKind, options: LimiterOptions) -> TestServer {
     .await
 }
 
+/// floodgate on the standalone `redis`, default options.
+async fn serve_on(redis: &RedisServer) -> TestServer {
+    serve(
+        connected(redis_config(RedisMode::Single, redis.addr())).await,
+        LimiterOptions::default(),
+    )
+    .await
+}
+
 /// EVALSHA calls a Redis has served (INFO commandstats).
 pub(crate) fn evalsha_calls(server: &RedisServer) -> u64 {
     let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
@@ -103,11 +112,7 @@ async fn gcra_states_and_logs_outlive_their_time_by_the_clock_skew() {
     // writer's clock has passed it: each key lives 2 s (the skew sliding
     // windows allow) past what it holds.
     let redis = RedisServer::start();
-    let server = serve(
-        connected(redis_config(RedisMode::Single, redis.addr())).await,
-        LimiterOptions::default(),
-    )
-    .await;
+    let server = serve_on(&redis).await;
     let mut client = server.client().await;
     for _ in 0..3 {
         let r = ask(
@@ -135,11 +140,7 @@ async fn gcra_states_and_logs_outlive_their_time_by_the_clock_skew() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_script_call_per_request_and_none_for_unlimited_requests() {
     let redis = RedisServer::start();
-    let server = serve(
-        connected(redis_config(RedisMode::Single, redis.addr())).await,
-        LimiterOptions::default(),
-    )
-    .await;
+    let server = serve_on(&redis).await;
     let mut client = server.client().await;
     let before = evalsha_calls(&redis);
     ask(
@@ -368,11 +369,7 @@ fn in_flight_calls(server: &RedisServer) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_windows_are_one_script_call_over_per_second_buckets() {
     let redis = RedisServer::start();
-    let server = serve(
-        connected(redis_config(RedisMode::Single, redis.addr())).await,
-        LimiterOptions::default(),
-    )
-    .await;
+    let server = serve_on(&redis).await;
     let mut client = server.client().await;
     let before = evalsha_calls(&redis);
     for _ in 0..5 {
@@ -404,16 +401,8 @@ async fn several_windows_are_one_script_call_over_per_second_buckets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_share_one_global_limit() {
     let redis = RedisServer::start();
-    let a = serve(
-        connected(redis_config(RedisMode::Single, redis.addr())).await,
-        LimiterOptions::default(),
-    )
-    .await;
-    let b = serve(
-        connected(redis_config(RedisMode::Single, redis.addr())).await,
-        LimiterOptions::default(),
-    )
-    .await;
+    let a = serve_on(&redis).await;
+    let b = serve_on(&redis).await;
     let channels = [a.channel().await, b.channel().await];
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..500 {
@@ -732,11 +721,7 @@ async fn sentinel_mode_follows_the_master_through_a_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushed_scripts_are_reloaded_and_each_hit_counts_once() {
     let redis = RedisServer::start();
-    let server = serve(
-        connected(redis_config(RedisMode::Single, redis.addr())).await,
-        LimiterOptions::default(),
-    )
-    .await;
+    let server = serve_on(&redis).await;
     let mut client = server.client().await;
     let r = ask(
         &mut client,
