@@ -141,6 +141,7 @@ impl Concurrency {
             after,
             limit_index: 0,
             leased: 0,
+            tat_us: 0,
         }
     }
 }

@@ -140,6 +140,7 @@ impl FixedWindow {
             after: tally.after,
             limit_index: 0,
             leased: 0,
+            tat_us: 0,
         }
     }
 
@@ -163,6 +164,7 @@ impl FixedWindow {
             after,
             limit_index: 0,
             leased: 0,
+            tat_us: 0,
         }
     }
 }

@@ -89,6 +89,7 @@ impl Gcra {
                     after: 0,
                     limit_index: 0,
                     leased: 0,
+                    tat_us: 0,
                 },
             );
         }
@@ -108,6 +109,7 @@ impl Gcra {
                 after: 0,
                 limit_index: 0,
                 leased: 0,
+                tat_us: if hits > 0 { new_tat } else { 0 },
             };
             (Some(new_tat).filter(|_| hits > 0), outcome)
         } else {
@@ -121,6 +123,7 @@ impl Gcra {
                 after: 0,
                 limit_index: 0,
                 leased: 0,
+                tat_us: 0,
             };
             (None, outcome)
         }

@@ -98,6 +98,12 @@ pub struct Outcome {
     /// Hits taken beyond the operation's own for a lease (the store
     /// operation's `lease`): counted in the store, not yet admitted.
     pub leased: u64,
+    /// GCRA: the theoretical arrival time this operation left, µs (0 for
+    /// the other algorithms and when nothing was counted). On Redis it
+    /// names the operation's place in the bucket: a lease's block is given
+    /// back, and a leased operation's hits taken back, only while the
+    /// stored TAT is still this one.
+    pub tat_us: u64,
 }
 
 impl Outcome {
@@ -112,6 +118,7 @@ impl Outcome {
         after: 0,
         limit_index: 0,
         leased: 0,
+        tat_us: 0,
     };
 }
 

@@ -95,6 +95,7 @@ impl SlidingLog {
                     after,
                     limit_index: i,
                     leased: 0,
+                    tat_us: 0,
                 };
             }
             let remaining = limit.saturating_sub(after);
@@ -110,6 +111,7 @@ impl SlidingLog {
                 after,
                 limit_index: i,
                 leased: 0,
+                tat_us: 0,
             };
             if best.is_none_or(|b| remaining < b.remaining) {
                 best = Some(outcome);
@@ -124,6 +126,7 @@ impl SlidingLog {
             after: 0,
             limit_index: 0,
             leased: 0,
+            tat_us: 0,
         })
     }
 }

@@ -277,6 +277,7 @@ impl SlidingWindow {
                     after,
                     limit_index: i,
                     leased: 0,
+                    tat_us: 0,
                 };
             }
             let remaining = limit.saturating_sub(after);
@@ -295,6 +296,7 @@ impl SlidingWindow {
                 after,
                 limit_index: i,
                 leased: 0,
+                tat_us: 0,
             };
             if report.is_none_or(|best| remaining < best.remaining) {
                 report = Some(outcome);
@@ -311,6 +313,7 @@ impl SlidingWindow {
             after: 0,
             limit_index: 0,
             leased: 0,
+            tat_us: 0,
         })
     }
 }

@@ -146,8 +146,10 @@ impl Lease {
     }
 
     /// Takes every unused hit out of the block held at `now`: to give back
-    /// to its window or bucket; a GCRA block only while it stays usable
-    /// long enough for the give-back to land, else it is stranded.
+    /// to its window or bucket. A GCRA block comes back only while it stays
+    /// usable long enough for the give-back to land, and only the cells of
+    /// the last block taken (the store takes them only while that block is
+    /// still the top of the bucket); the rest is stranded.
     fn take_unused(
         &self,
         held: &mut Held,
@@ -164,16 +166,17 @@ impl Lease {
             metrics.record(Fate::Stranded, 1, hits);
             return None;
         }
-        Some(self.unused(hits, held.taken_at))
-    }
-
-    fn unused(&self, hits: u64, taken_at: UnixMillis) -> Unused {
-        Unused {
+        let back = if gcra { hits.min(held.block) } else { hits };
+        if back < hits {
+            metrics.record(Fate::Stranded, 0, hits - back);
+        }
+        Some(Unused {
             id: self.id.clone(),
             spec: self.spec,
-            hits,
-            taken_at,
-        }
+            hits: back,
+            taken_at: held.taken_at,
+            tat_us: held.tat_us,
+        })
     }
 }
 
@@ -313,16 +316,8 @@ impl Leases {
             Spec::Gcra(g) => g.burst().saturating_sub(outcome.remaining),
             _ => outcome.after,
         };
-        if matches!(lease.spec, Spec::Gcra(_)) {
-            // The store said the TAT is `reset` (rounded up to whole ms)
-            // after the take: less than 1 ms earlier is a bound below it.
-            let reset_us = u64::try_from(outcome.reset.as_micros()).unwrap_or(u64::MAX);
-            held.tat_us = taken_at
-                .0
-                .saturating_mul(1_000)
-                .saturating_add(reset_us)
-                .saturating_sub(999);
-        }
+        held.block = outcome.leased;
+        held.tat_us = outcome.tat_us;
     }
 
     /// Puts back `hits` admitted from `id`'s block for a request that was

@@ -67,6 +67,7 @@ pub(super) fn failure_outcome(limit: &Limit, over: bool) -> Outcome {
         after: 0,
         limit_index: 0,
         leased: 0,
+        tat_us: 0,
     }
 }
 

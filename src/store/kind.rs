@@ -172,9 +172,9 @@ impl Store for StoreKind {
         matches!(self, Self::Redis { .. })
     }
 
-    async fn give_back(&self, unused: Vec<Unused>) -> Result<(), StoreError> {
+    async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {
         match self {
-            Self::Memory(_) | Self::Memcache(_) => Ok(()),
+            Self::Memory(_) | Self::Memcache(_) => Ok(Vec::new()),
             Self::Redis {
                 main,
                 per_second: None,
@@ -185,8 +185,10 @@ impl Store for StoreKind {
             } => {
                 let (fast, slow): (Vec<Unused>, Vec<Unused>) =
                     unused.into_iter().partition(|u| is_one_second(&u.spec));
-                tokio::try_join!(second.give_back(fast), main.give_back(slow))?;
-                Ok(())
+                let (mut kept, slow_kept) =
+                    tokio::try_join!(second.give_back(fast), main.give_back(slow))?;
+                kept.extend(slow_kept);
+                Ok(kept)
             }
         }
     }

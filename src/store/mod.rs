@@ -79,6 +79,9 @@ pub struct Unused {
     pub hits: u64,
     /// When the block was taken (names its window or bucket).
     pub taken_at: UnixMillis,
+    /// GCRA: the TAT the block left (`Outcome::tat_us`); it comes back
+    /// only while the bucket's TAT is still this one.
+    pub tat_us: u64,
 }
 
 /// The answer for an operation whose hits were taken back: as if refused.
@@ -94,6 +97,16 @@ pub(crate) fn taken_back(op: &Op, outcome: Outcome, now: UnixMillis) -> Outcome 
             counted: false,
             remaining: outcome.remaining.saturating_add(1),
             after: outcome.before,
+            ..outcome
+        },
+        // The block (if any) now ends where the request's hits began.
+        Spec::Gcra(gcra) => Outcome {
+            counted: false,
+            remaining: outcome.remaining.saturating_add(op.hits),
+            after: outcome.before,
+            tat_us: outcome
+                .tat_us
+                .saturating_sub(op.hits.saturating_mul(gcra.interval_us())),
             ..outcome
         },
         _ => Outcome {
@@ -279,7 +292,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Gives back the unused hits of leases' blocks, each to the window or
     /// bucket it was taken from (a counter that has expired since is left
-    /// alone, never recreated).
+    /// alone, never recreated). Returns the blocks the store kept: a GCRA
+    /// block comes back only while its bucket's TAT is still the one it
+    /// left.
     ///
     /// # Errors
     ///
@@ -288,8 +303,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn give_back(
         &self,
         unused: Vec<Unused>,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+    ) -> impl Future<Output = Result<Vec<Unused>, StoreError>> + Send {
         let _ = unused;
-        std::future::ready(Ok(()))
+        std::future::ready(Ok(Vec::new()))
     }
 }

@@ -117,3 +117,107 @@ async fn three_leased_instances_admit_the_limit_and_give_back_the_rest() {
         "the store counts {counted} once every block is given back; {admitted} were admitted"
     );
 }
+
+/// A GCRA block comes back only while nothing was counted on its bucket
+/// after it: lowering the TAT under cells counted later (another
+/// instance's block) would move them below where their holder checks
+/// them. A block with anything on top stays counted, and the give-back
+/// says so; the top block comes back exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gcra_block_comes_back_only_while_it_is_the_top_of_its_bucket() {
+    use floodgate::algorithm::{FixedWindow, Gcra, Spec};
+    use floodgate::{Batch, CounterId, Op, RedisConfig, RedisStore, Store as _, Unused};
+
+    let redis = RedisServer::start();
+    let store = RedisStore::new(RedisConfig::single(redis.addr()));
+    store.connect().await.expect("redis reachable");
+    // 600 a minute: one cell every 100 ms, a burst of 600.
+    let spec = Spec::Gcra(Gcra::new(600, 60_000, 600));
+    let id = CounterId::new("d", [("k", "v")]);
+    let now = UnixMillis(SystemClock.now().0);
+    let now_us = now.0 * 1_000;
+    let run = |hits: u64, lease: Option<u64>| {
+        let batch = Batch {
+            ops: vec![Op {
+                id: id.clone(),
+                spec,
+                hits,
+                lease,
+            }],
+            stop_when_over: false,
+        };
+        let store = store.clone();
+        async move { store.execute_within(batch, now, None).await.unwrap()[0] }
+    };
+    let tat = || -> u64 {
+        redis
+            .cli(&["GET", "{d|k=v}g100000:600"])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let unused = |hits: u64, tat_us: u64| Unused {
+        id: id.clone(),
+        spec,
+        hits,
+        taken_at: now,
+        tat_us,
+    };
+
+    // A block of 10 with the request's own hit: the TAT is 11 cells ahead.
+    let first = run(1, Some(10)).await;
+    assert_eq!((first.leased, first.tat_us), (10, now_us + 11 * 100_000));
+    assert_eq!(tat(), first.tat_us);
+    // One hit counted on top: the block stays, the TAT with it.
+    run(1, None).await;
+    let kept = store
+        .give_back(vec![unused(10, first.tat_us)])
+        .await
+        .unwrap();
+    assert_eq!(kept, vec![unused(10, first.tat_us)]);
+    assert_eq!(tat(), now_us + 12 * 100_000);
+    // A block on top of everything comes back, exactly.
+    let second = run(0, Some(10)).await;
+    assert_eq!((second.leased, second.tat_us), (10, now_us + 22 * 100_000));
+    let kept = store
+        .give_back(vec![unused(10, second.tat_us)])
+        .await
+        .unwrap();
+    assert_eq!(kept, Vec::new());
+    assert_eq!(tat(), now_us + 12 * 100_000);
+
+    // A request refused as a whole (another limit of it at 0): its own 2
+    // hits come back from under the block it took, which stays; the block
+    // now ends where they began.
+    let refused = Batch {
+        ops: vec![
+            Op {
+                id: id.clone(),
+                spec,
+                hits: 2,
+                lease: Some(5),
+            },
+            Op {
+                id: CounterId::new("d", [("other", "v")]),
+                spec: Spec::FixedWindow {
+                    window: FixedWindow::new(60),
+                    limit: 0,
+                },
+                hits: 1,
+                lease: None,
+            },
+        ],
+        stop_when_over: true,
+    };
+    let outcomes = store.execute_within(refused, now, None).await.unwrap();
+    assert_eq!(outcomes[0].leased, 5);
+    assert_eq!(outcomes[0].tat_us, now_us + 17 * 100_000);
+    assert_eq!(tat(), now_us + 17 * 100_000);
+    let kept = store
+        .give_back(vec![unused(5, outcomes[0].tat_us)])
+        .await
+        .unwrap();
+    assert_eq!(kept, Vec::new());
+    assert_eq!(tat(), now_us + 12 * 100_000);
+}

@@ -329,14 +329,77 @@ fn leased_instances_on_a_cluster_never_over_admit() {
 /// clock skew instances may have.
 #[test]
 fn replay_gcra_remaining_case() {
+    check_on_standalone(&include!("lease_model_gcra_case.rs"));
+}
+
+/// Runs one case on a standalone Redis of its own.
+fn check_on_standalone(case: &Case) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let backend = rt.block_on(standalone());
-    let case = include!("lease_model_gcra_case.rs");
-    if let Err(err) = check(&case, &backend, &rt) {
+    if let Err(err) = check(case, &backend, &rt) {
         panic!("{err}");
+    }
+}
+
+/// A GCRA block given back from below another instance's block must not
+/// let that one over-admit. Instance 0 takes a block, then instance 1 takes
+/// one on top of it and keeps using it slowly; instance 0 goes quiet and
+/// gives its block back. Seventeen seconds on, instance 1 still holds
+/// cells its own TAT says are ahead of now, instance 2 fills the bucket hit
+/// by hit, and instance 1 admits the rest of its block: the model,
+/// replaying every admitted hit, refuses none of them only if the
+/// give-back did not pull the bucket's TAT below instance 1's block.
+///
+/// Two shapes: instance 0 holds its one block, under instance 1's (Redis
+/// must refuse the give-back); or it fetches a second block on top of
+/// instance 1's before going quiet (only that top block may come back,
+/// not the cells of the first, which lie under instance 1's).
+#[test]
+fn a_gcra_block_given_back_below_another_one_over_admits_nothing() {
+    for refetch in [false, true] {
+        check_on_standalone(&given_back_below(refetch));
+    }
+}
+
+fn given_back_below(refetch: bool) -> Case {
+    let hit = |at: usize, hits: u64, advance_ms: u64| Action::Hit {
+        at,
+        key: 0,
+        hits,
+        advance_ms,
+    };
+    let mut actions = Vec::new();
+    // Instances 0 then 1 measure a rate worth a block and take one each:
+    // 1's block sits on top of 0's in the bucket. With `refetch`, a hit
+    // from each block runs it low: 0's next block is fetched with its
+    // give-back, on top of 1's.
+    for at in [0, 1] {
+        actions.extend((0..22).map(|i| hit(at, 3, u64::from(i == 21))));
+        actions.push(hit(at, 3, 0));
+        actions.push(Action::Work { at });
+        if refetch {
+            actions.push(hit(at, 1, 0));
+        }
+    }
+    // 0 goes quiet and gives its block back; 1 keeps using its own, one
+    // hit every 900 ms (too slow to fetch another, never quiet).
+    actions.push(Action::Gap { advance_ms: 600 });
+    actions.push(hit(1, 1, 0));
+    actions.push(Action::Gap { advance_ms: 500 });
+    actions.push(Action::Work { at: 0 });
+    actions.extend((0..18).map(|_| hit(1, 1, 900)));
+    // 2 fills the bucket, then 1 admits what is left of its block.
+    actions.extend((0..220).map(|_| hit(2, 3, 0)));
+    actions.extend((0..30).map(|_| hit(1, 1, 0)));
+    Case {
+        alg: Alg::Gcra,
+        limit: 600,
+        window: 60,
+        burst: 600,
+        actions,
     }
 }

@@ -26,8 +26,12 @@ pub(super) struct Held {
     pub(super) left: u64,
     /// When the block was taken (names its window or bucket).
     pub(super) taken_at: UnixMillis,
-    /// GCRA: a lower bound of the TAT after the block, µs.
+    /// GCRA: the TAT the last block left in the store, µs.
     pub(super) tat_us: u64,
+    /// The size of the last block taken: a GCRA give-back returns at most
+    /// this many (the cells of earlier blocks may lie under another
+    /// instance's block).
+    pub(super) block: u64,
     /// When the limit resets, as the store said at the take.
     pub(super) reset_at: UnixMillis,
     pub(super) limit_index: usize,
@@ -81,6 +85,7 @@ impl Held {
             after: before.saturating_add(hits),
             limit_index: self.limit_index,
             leased: 0,
+            tat_us: 0,
         }
     }
 

@@ -87,7 +87,12 @@ impl Leases {
             let (blocks, hits) = (unused.len() as u64, unused.iter().map(|u| u.hits).sum());
             done += unused.len();
             match store.give_back(unused).await {
-                Ok(()) => metrics.record(Fate::GivenBack, blocks, hits),
+                Ok(kept) => {
+                    let kept_hits: u64 = kept.iter().map(|u| u.hits).sum();
+                    let kept_blocks = kept.len() as u64;
+                    metrics.record(Fate::GivenBack, blocks - kept_blocks, hits - kept_hits);
+                    metrics.record(Fate::Stranded, kept_blocks, kept_hits);
+                }
                 Err(_) => metrics.record(Fate::Stranded, blocks, hits),
             }
         }

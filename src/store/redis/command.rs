@@ -6,7 +6,7 @@ use super::keys::Keys;
 use super::{RedisStore, scripts};
 use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
-use crate::store::Op;
+use crate::store::{Op, Unused};
 
 /// How long a GCRA state or sliding log outlives what it holds, ms: the
 /// clock skew between instances that leaves them exact (sliding windows
@@ -138,6 +138,12 @@ impl RedisStore {
         }
         let undo = if refuse_over {
             Some(match log_prefix {
+                // A leased operation's block sits on top of its hits: they
+                // come back only while nothing was counted since.
+                None if matches!(op.spec, Spec::Gcra(_)) && op.lease.is_some() => Undo::Tat {
+                    key,
+                    amount: undo_amount,
+                },
                 Some(prefix) => Undo::Members {
                     key,
                     prefix,
@@ -169,6 +175,46 @@ impl RedisStore {
             None
         };
         (cmd, undo)
+    }
+}
+
+impl RedisStore {
+    /// The script call that gives back a lease's unused hits: DECRBY of
+    /// the window's counter, or of each series' bucket the block was
+    /// counted in, only where the key still exists; of a GCRA TAT only
+    /// while it is still the one the block left. None for the algorithms
+    /// that take no blocks.
+    pub(super) fn give_back_cmd(&self, unused: &Unused) -> Option<redis::Cmd> {
+        let keys = &self.inner.keys;
+        let at = unused.taken_at;
+        let undo = match unused.spec {
+            Spec::FixedWindow { window, .. } => Undo::Decrement {
+                keys: vec![keys.fixed_window(
+                    &unused.id,
+                    window.window_secs(),
+                    window.window_start(at),
+                )],
+                amount: unused.hits,
+            },
+            Spec::SlidingWindow(sw) => {
+                let base = keys.sliding_base(&unused.id);
+                Undo::Decrement {
+                    keys: sw
+                        .series()
+                        .as_slice()
+                        .iter()
+                        .map(|s| Keys::sliding_bucket(&base, s.bucket_secs, s.current_start(at)))
+                        .collect(),
+                    amount: unused.hits,
+                }
+            }
+            Spec::Gcra(gcra) => Undo::Tat {
+                key: keys.gcra(&unused.id, gcra.interval_us(), gcra.burst()),
+                amount: unused.hits.saturating_mul(gcra.interval_us()),
+            },
+            Spec::SlidingLog(_) | Spec::Concurrency(_) => return None,
+        };
+        Some(undo_cmd(&undo, unused.tat_us))
     }
 }
 
@@ -264,6 +310,9 @@ pub(super) fn batch_cmd<'a>(
 pub(super) enum Undo {
     /// DECRBY the keys (counters, the current bucket of each series, TATs).
     Decrement { keys: Vec<String>, amount: u64 },
+    /// DECRBY a GCRA TAT by `amount` µs only while it is still the one the
+    /// operation left (`Outcome::tat_us`).
+    Tat { key: String, amount: u64 },
     /// ZREM the request's members, `prefix` followed by 1..=hits (sliding
     /// log); the script rebuilds them, so the command stays small.
     Members {
@@ -271,4 +320,34 @@ pub(super) enum Undo {
         prefix: String,
         hits: u64,
     },
+}
+
+/// The script call that undoes one operation; `tat_us` is the TAT it
+/// left (for [`Undo::Tat`]).
+pub(super) fn undo_cmd(undo: &Undo, tat_us: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    match undo {
+        Undo::Tat { key, amount } => {
+            cmd.arg(scripts::TAKE_BACK_TAT.get_hash())
+                .arg(1)
+                .arg(key.as_str())
+                .arg(*amount)
+                .arg(tat_us);
+        }
+        Undo::Decrement { keys, amount } => {
+            cmd.arg(scripts::TAKE_BACK.get_hash()).arg(keys.len());
+            for key in keys {
+                cmd.arg(key.as_str());
+            }
+            cmd.arg(*amount);
+        }
+        Undo::Members { key, prefix, hits } => {
+            cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
+                .arg(1)
+                .arg(key.as_str())
+                .arg(prefix.as_str())
+                .arg(*hits);
+        }
+    }
+    cmd
 }

@@ -4,10 +4,9 @@
 //! `reply.rs`.
 
 use super::call::{is_noscript, load_scripts};
-use super::command::Undo;
+use super::command::{Undo, undo_cmd};
 use super::connection::{Connection, no_connection};
 use super::reply::{integers, noscript};
-use super::scripts;
 use crate::algorithm::Outcome;
 use crate::clock::UnixMillis;
 use crate::store::Op;
@@ -32,39 +31,25 @@ pub(super) async fn take_back(
             (outcome.counted && op.hits > 0).then_some((i, undo))
         })
         .collect();
-    let cmds: Vec<redis::Cmd> = undo.iter().map(|&(_, undo)| undo_cmd(undo)).collect();
+    let cmds: Vec<redis::Cmd> = undo
+        .iter()
+        .map(|&(i, undo)| undo_cmd(undo, outcomes.get(i).map_or(0, |o| o.tat_us)))
+        .collect();
     if cmds.is_empty() {
         return Ok(());
     }
-    execute(connection, cmds).await?;
-    for &(i, _) in &undo {
+    let replies = execute(connection, cmds).await?;
+    for (&(i, undo), reply) in undo.iter().zip(&replies) {
+        // A TAT counted on since keeps the hits: the answer stays the
+        // counted one (its `limit_remaining` no more than what remains).
+        if matches!(undo, Undo::Tat { .. }) && reply.first().is_none_or(|&tat| tat < 0) {
+            continue;
+        }
         if let (Some(op), Some(outcome)) = (ops.get(i), outcomes.get_mut(i)) {
             *outcome = crate::store::taken_back(op, *outcome, now);
         }
     }
     Ok(())
-}
-
-/// The script call that undoes one operation.
-pub(super) fn undo_cmd(undo: &Undo) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    match undo {
-        Undo::Decrement { keys, amount } => {
-            cmd.arg(scripts::TAKE_BACK.get_hash()).arg(keys.len());
-            for key in keys {
-                cmd.arg(key.as_str());
-            }
-            cmd.arg(*amount);
-        }
-        Undo::Members { key, prefix, hits } => {
-            cmd.arg(scripts::TAKE_BACK_LOG.get_hash())
-                .arg(1)
-                .arg(key.as_str())
-                .arg(prefix.as_str())
-                .arg(*hits);
-        }
-    }
-    cmd
 }
 
 /// Runs EVALSHA commands in one round trip: one pipeline on a standalone or

@@ -30,7 +30,8 @@ mod slots;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
 
-use super::{Batch, Op, Outcome, Store, StoreError, Unused};
+use super::{Batch, Outcome, Store, StoreError, Unused};
+use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
 use coalesce::{LaneError, LaneOp};
@@ -415,35 +416,32 @@ impl Store for RedisStore {
         true
     }
 
-    async fn give_back(&self, unused: Vec<Unused>) -> Result<(), StoreError> {
-        // The undo of a refused operation of the block's hits, on the keys
-        // of the window or bucket it was taken in: DECRBY the counter, each
-        // series' bucket or the TAT, only where the key still exists.
-        let cmds: Vec<redis::Cmd> = unused
+    async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {
+        let (unused, cmds): (Vec<Unused>, Vec<redis::Cmd>) = unused
             .into_iter()
             .filter(|u| u.hits > 0)
-            .filter_map(|u| {
-                let op = Op {
-                    id: u.id,
-                    spec: u.spec,
-                    hits: u.hits,
-                    lease: None,
-                };
-                self.call(&op, u.taken_at, true).1
-            })
-            .map(|undo| execute::undo_cmd(&undo))
-            .collect();
+            .filter_map(|u| Some((self.give_back_cmd(&u)?, u)))
+            .map(|(cmd, u)| (u, cmd))
+            .unzip();
         if cmds.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let deadline = Instant::now() + self.inner.config.timeout;
         let connection = Box::pin(timeout_at(deadline, self.connection()))
             .await
             .map_err(|_| StoreError::Timeout)?;
-        Box::pin(timeout_at(deadline, execute::execute(&connection, cmds)))
+        let replies = Box::pin(timeout_at(deadline, execute::execute(&connection, cmds)))
             .await
             .map_err(|_| StoreError::Timeout)??;
-        Ok(())
+        // A GCRA bucket counted on since replies -1: its block stays.
+        Ok(unused
+            .into_iter()
+            .zip(replies)
+            .filter(|(u, reply)| {
+                matches!(u.spec, Spec::Gcra(_)) && reply.first().is_none_or(|&tat| tat < 0)
+            })
+            .map(|(u, _)| u)
+            .collect())
     }
 }
 

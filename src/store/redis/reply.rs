@@ -137,6 +137,9 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
             let stored = u64::try_from(at(1)).ok();
             let (_, mut outcome) = gcra.decide(stored, now, op.hits.saturating_add(leased));
             outcome.counted = at(0) == 1;
+            if !outcome.counted {
+                outcome.tat_us = 0;
+            }
             outcome
         }
         Spec::Concurrency(c) => c.outcome(

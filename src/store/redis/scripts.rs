@@ -8,6 +8,11 @@ use std::sync::LazyLock;
 pub(crate) static TAKE_BACK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/take_back.lua")));
 
+/// `scripts/take_back_tat.lua`: undo a leased GCRA operation's hits, or
+/// give back a block, only while the TAT is still the one it left.
+pub(crate) static TAKE_BACK_TAT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/take_back_tat.lua")));
+
 /// `scripts/take_back_log.lua`: undo logged hits.
 pub(crate) static TAKE_BACK_LOG: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/take_back_log.lua")));
@@ -147,6 +152,13 @@ end
 ";
 
 /// Every script, for loading them all after a NOSCRIPT reply.
-pub(crate) fn all() -> [&'static Script; 5] {
-    [&TAKE_BACK, &TAKE_BACK_LOG, &BATCH, &NODE_BATCH, &PEEK]
+pub(crate) fn all() -> [&'static Script; 6] {
+    [
+        &TAKE_BACK,
+        &TAKE_BACK_TAT,
+        &TAKE_BACK_LOG,
+        &BATCH,
+        &NODE_BATCH,
+        &PEEK,
+    ]
 }
