@@ -157,14 +157,7 @@ impl RedisStore {
                 None => Undo::Decrement {
                     keys: match op.spec {
                         Spec::SlidingWindow(sw) => {
-                            let base = key.get(..base_len).unwrap_or_default();
-                            sw.series()
-                                .as_slice()
-                                .iter()
-                                .map(|s| {
-                                    Keys::sliding_bucket(base, s.bucket_secs, s.current_start(now))
-                                })
-                                .collect()
+                            current_buckets(key.get(..base_len).unwrap_or_default(), &sw, now)
                         }
                         _ => vec![key],
                     },
@@ -179,12 +172,11 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// The script call that gives back a lease's unused hits: DECRBY of
-    /// the window's counter, or of each series' bucket the block was
-    /// counted in, only where the key still exists; of a GCRA TAT only
-    /// while it is still the one the block left. None for the algorithms
-    /// that take no blocks.
-    pub(super) fn give_back_cmd(&self, unused: &Unused) -> Option<redis::Cmd> {
+    /// How to give back a lease's unused hits: DECRBY of the window's
+    /// counter, or of each series' bucket the block was counted in, only
+    /// where the key still exists; of a GCRA TAT only while it is still the
+    /// one the block left. None for the algorithms that take no blocks.
+    pub(super) fn give_back_undo(&self, unused: &Unused) -> Option<Undo> {
         let keys = &self.inner.keys;
         let at = unused.taken_at;
         let undo = match unused.spec {
@@ -196,26 +188,31 @@ impl RedisStore {
                 )],
                 amount: unused.hits,
             },
-            Spec::SlidingWindow(sw) => {
-                let base = keys.sliding_base(&unused.id);
-                Undo::Decrement {
-                    keys: sw
-                        .series()
-                        .as_slice()
-                        .iter()
-                        .map(|s| Keys::sliding_bucket(&base, s.bucket_secs, s.current_start(at)))
-                        .collect(),
-                    amount: unused.hits,
-                }
-            }
+            Spec::SlidingWindow(sw) => Undo::Decrement {
+                keys: current_buckets(&keys.sliding_base(&unused.id), &sw, at),
+                amount: unused.hits,
+            },
             Spec::Gcra(gcra) => Undo::Tat {
                 key: keys.gcra(&unused.id, gcra.interval_us(), gcra.burst()),
                 amount: unused.hits.saturating_mul(gcra.interval_us()),
             },
             Spec::SlidingLog(_) | Spec::Concurrency(_) => return None,
         };
-        Some(undo_cmd(&undo, unused.tat_us))
+        Some(undo)
     }
+}
+
+/// The key of each series' current bucket at `at`, under `base`.
+fn current_buckets(
+    base: &str,
+    sw: &crate::algorithm::sliding_window::SlidingWindow,
+    at: UnixMillis,
+) -> Vec<String> {
+    sw.series()
+        .as_slice()
+        .iter()
+        .map(|s| Keys::sliding_bucket(base, s.bucket_secs, s.current_start(at)))
+        .collect()
 }
 
 /// The batch script's number of an algorithm.
@@ -320,6 +317,14 @@ pub(super) enum Undo {
         prefix: String,
         hits: u64,
     },
+}
+
+impl Undo {
+    /// Whether the store kept what this undo was to take back, by its
+    /// reply: a GCRA TAT counted on since replies -1.
+    pub(super) fn kept(&self, reply: &[i64]) -> bool {
+        matches!(self, Self::Tat { .. }) && reply.first().is_none_or(|&tat| tat < 0)
+    }
 }
 
 /// The script call that undoes one operation; `tat_us` is the TAT it

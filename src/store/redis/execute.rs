@@ -42,7 +42,7 @@ pub(super) async fn take_back(
     for (&(i, undo), reply) in undo.iter().zip(&replies) {
         // A TAT counted on since keeps the hits: the answer stays the
         // counted one (its `limit_remaining` no more than what remains).
-        if matches!(undo, Undo::Tat { .. }) && reply.first().is_none_or(|&tat| tat < 0) {
+        if undo.kept(reply) {
             continue;
         }
         if let (Some(op), Some(outcome)) = (ops.get(i), outcomes.get_mut(i)) {

@@ -31,11 +31,10 @@ mod slots;
 pub use config::{RedisConfig, RedisMode, RedisTls};
 
 use super::{Batch, Outcome, Store, StoreError, Unused};
-use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
 use coalesce::{LaneError, LaneOp};
-use command::{Undo, algorithm_number};
+use command::{Undo, algorithm_number, undo_cmd};
 use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
 use execute::take_back;
 use fault::Signals;
@@ -417,15 +416,20 @@ impl Store for RedisStore {
     }
 
     async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {
-        let (unused, cmds): (Vec<Unused>, Vec<redis::Cmd>) = unused
+        let (unused, undos): (Vec<Unused>, Vec<Undo>) = unused
             .into_iter()
             .filter(|u| u.hits > 0)
-            .filter_map(|u| Some((self.give_back_cmd(&u)?, u)))
-            .map(|(cmd, u)| (u, cmd))
+            .filter_map(|u| Some((self.give_back_undo(&u)?, u)))
+            .map(|(undo, u)| (u, undo))
             .unzip();
-        if cmds.is_empty() {
+        if undos.is_empty() {
             return Ok(Vec::new());
         }
+        let cmds = unused
+            .iter()
+            .zip(&undos)
+            .map(|(u, undo)| undo_cmd(undo, u.tat_us))
+            .collect();
         let deadline = Instant::now() + self.inner.config.timeout;
         let connection = Box::pin(timeout_at(deadline, self.connection()))
             .await
@@ -433,13 +437,10 @@ impl Store for RedisStore {
         let replies = Box::pin(timeout_at(deadline, execute::execute(&connection, cmds)))
             .await
             .map_err(|_| StoreError::Timeout)??;
-        // A GCRA bucket counted on since replies -1: its block stays.
         Ok(unused
             .into_iter()
-            .zip(replies)
-            .filter(|(u, reply)| {
-                matches!(u.spec, Spec::Gcra(_)) && reply.first().is_none_or(|&tat| tat < 0)
-            })
+            .zip(undos.iter().zip(&replies))
+            .filter(|(_, (undo, reply))| undo.kept(reply))
             .map(|(u, _)| u)
             .collect())
     }
