@@ -148,20 +148,29 @@ fn count_on(node: &RedisServer, value: &str) -> u64 {
 /// survive a dead master: a node is failed after 1 s, and the other
 /// shards go on serving (`cluster-require-full-coverage no`).
 async fn failing_cluster(replicas: usize) -> RedisCluster {
-    tokio::task::spawn_blocking(move || {
-        RedisCluster::start_with(
-            3,
-            replicas,
-            &[
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-require-full-coverage",
-                "no",
-            ],
-        )
+    tokio::task::spawn_blocking(move || RedisCluster::start_with(3, replicas, &FAILING_NODE))
+        .await
+        .unwrap()
+}
+
+/// The arguments of each node of [`failing_cluster`].
+const FAILING_NODE: [&str; 4] = [
+    "--cluster-node-timeout",
+    "1000",
+    "--cluster-require-full-coverage",
+    "no",
+];
+
+/// floodgate on `cluster`, with Redis deadlines of `timeout` and two
+/// connections per node.
+async fn serve_cluster(cluster: &RedisCluster, timeout: Duration) -> TestServer {
+    serve(RedisConfig {
+        timeout,
+        connect_timeout: timeout,
+        pool_size: 2,
+        ..redis_config(RedisMode::Cluster, cluster.seeds())
     })
     .await
-    .unwrap()
 }
 
 /// Whether the server on `port` says `text` in `INFO replication` within
@@ -176,6 +185,30 @@ async fn replication_says(port: u16, text: &'static str) -> bool {
     })
     .await
     .unwrap()
+}
+
+/// Three values whose keys each of the three masters (nodes 0..3) serves,
+/// and each value's slot (asked while every master is up).
+fn values_on_each_master(
+    cluster: &RedisCluster,
+) -> (Vec<Vec<String>>, std::collections::HashMap<String, u16>) {
+    let mut on: Vec<Vec<String>> = vec![Vec::new(); 3];
+    let mut slot_of = std::collections::HashMap::new();
+    for i in 0..600 {
+        let value = format!("v{i}");
+        let slot = cluster.slot(&key(&value));
+        if let Some(m) = cluster.serving(0, slot).filter(|&m| m < 3)
+            && on[m].len() < 3
+        {
+            on[m].push(value.clone());
+            slot_of.insert(value, slot);
+        }
+        if on.iter().all(|v| v.len() == 3) {
+            break;
+        }
+    }
+    assert!(on.iter().all(|v| v.len() == 3), "{on:?}");
+    (on, slot_of)
 }
 
 /// How a Cluster master is taken down.
@@ -196,33 +229,11 @@ enum Down {
 #[allow(clippy::print_stderr)] // the measured delay, quoted in the README
 async fn a_dead_master_fails_only_its_own_slots(down: Down) {
     let mut cluster = failing_cluster(1).await;
-    let config = RedisConfig {
-        timeout: Duration::from_millis(500),
-        connect_timeout: Duration::from_millis(500),
-        pool_size: 2,
-        ..redis_config(RedisMode::Cluster, cluster.seeds())
-    };
-    let server = serve(config).await;
+    let server = serve_cluster(&cluster, Duration::from_millis(500)).await;
     let client = server.client().await;
 
-    // Values on each master (masters are nodes 0..3), and their slots
-    // (asked now: node 0 is the one that goes down).
-    let mut on: Vec<Vec<String>> = vec![Vec::new(); 3];
-    let mut slot_of = std::collections::HashMap::new();
-    for i in 0..600 {
-        let value = format!("v{i}");
-        let slot = cluster.slot(&key(&value));
-        if let Some(m) = cluster.serving(0, slot).filter(|&m| m < 3)
-            && on[m].len() < 3
-        {
-            on[m].push(value.clone());
-            slot_of.insert(value, slot);
-        }
-        if on.iter().all(|v| v.len() == 3) {
-            break;
-        }
-    }
-    assert!(on.iter().all(|v| v.len() == 3), "{on:?}");
+    // Node 0 is the one that goes down.
+    let (on, slot_of) = values_on_each_master(&cluster);
     let victim = 0;
     let replica = cluster
         .replica_of(victim)
@@ -340,6 +351,34 @@ fn failed_after_first_ok(calls: &[(String, Call)], since: u64) -> (Option<Call>,
     (first_ok, failed)
 }
 
+/// Checks that `node`, restarted empty, counts each of `values` once for
+/// every call on it answered after the restart began (from call `since`
+/// on). A call that failed meanwhile (a timeout while the node ran its
+/// script) may have counted, once: the README's "When Redis fails" says
+/// so; and so may the one in flight as the restart began (each caller asks
+/// one at a time). None is counted twice.
+fn assert_counted_since_restart(
+    calls: &[(String, Call)],
+    values: &[String],
+    since: u64,
+    node: &RedisServer,
+) {
+    for value in values {
+        let of = |ok: bool| {
+            calls
+                .iter()
+                .filter(|(v, c)| v == value && c.ok == ok && c.started > since)
+                .count() as u64
+        };
+        let (answered, failed) = (of(true), of(false));
+        let stored = count_on(node, value);
+        assert!(
+            stored >= answered && stored <= answered + failed + 1,
+            "{value}: {stored} stored for {answered} answered and {failed} failed"
+        );
+    }
+}
+
 /// Redis killed and started again on its port under four callers, on a
 /// pool of four connections: once one call is answered correctly, no call
 /// started after it gets the failure policy (no pooled connection that
@@ -415,26 +454,89 @@ async fn after_a_redis_restart_no_call_fails_once_one_is_answered() {
     );
     // Every call answered after the restart counted once on the new
     // server (it started empty).
-    for (i, value) in ["r0", "r1", "r2", "r3"].iter().enumerate() {
-        let answered = calls
-            .iter()
-            .filter(|(v, c)| v == value && c.ok && c.started > restart_from)
-            .count() as u64;
-        // A call that failed after the restart began (a timeout while the
-        // new server ran its script) may have counted, once: the README's
-        // "When Redis fails" says so.
-        let failed = calls
-            .iter()
-            .filter(|(v, c)| v == value && !c.ok && c.started > restart_from)
-            .count() as u64;
-        let stored = count_on(&redis, value);
-        // The one call in flight when the restart began (each caller asks
-        // one at a time) may have counted there too; none is counted twice.
-        assert!(
-            stored >= answered && stored <= answered + failed + 1,
-            "caller {i}: {stored} stored for {answered} answered and {failed} failed"
-        );
+    let values = ["r0", "r1", "r2", "r3"].map(String::from);
+    assert_counted_since_restart(&calls, &values, restart_from, &redis);
+    server.shutdown().await;
+}
+
+/// A Cluster master without a replica killed and started again on its
+/// port (it finds its `nodes.conf` and serves its slots again, empty),
+/// under load on every shard: the other shards never fail and count each
+/// call once; once one call on the restarted shard is answered, no later
+/// call on it fails (no connection that died with the node is used again),
+/// and it counts each call answered after the restart once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_cluster_master_restart_no_call_fails_once_one_is_answered() {
+    let mut cluster = failing_cluster(0).await;
+    let server = serve_cluster(&cluster, Duration::from_secs(1)).await;
+    let client = server.client().await;
+    let (on, slot_of) = values_on_each_master(&cluster);
+    let victim = 0;
+    let live: Vec<String> = on[1].iter().chain(&on[2]).cloned().collect();
+    let load = Load::start(
+        &client,
+        vec![on[1].clone(), on[2].clone(), on[victim].clone()],
+    );
+    load.wait_answered(40).await;
+    let calls = load.calls.clone();
+    let on_victim = on[victim].clone();
+    // Whether more than `n` calls on the victim's values started after
+    // `since` and ended `ok` (or not) within `within`.
+    let seen = |since: u64, ok: bool, n: usize, within: Duration| {
+        let (calls, on_victim) = (calls.clone(), on_victim.clone());
+        poll_until_async(within, Duration::from_millis(10), move || {
+            let count = calls
+                .lock()
+                .iter()
+                .filter(|(v, c)| on_victim.contains(v) && c.ok == ok && c.started > since)
+                .count();
+            async move { (count > n).then_some(true) }
+        })
+    };
+
+    cluster.nodes[victim].stop();
+    let down_from = load.order.load(Ordering::SeqCst);
+    assert!(
+        seen(down_from, false, 4, Duration::from_secs(15)).await,
+        "no call on the dead shard failed"
+    );
+    let restart_from = load.order.load(Ordering::SeqCst);
+    let node = &mut cluster.nodes[victim];
+    let args = [&["--cluster-enabled", "yes"][..], &FAILING_NODE].concat();
+    tokio::task::block_in_place(|| node.restart(&args));
+    let up_from = load.order.load(Ordering::SeqCst);
+    assert!(
+        seen(up_from, true, 100, Duration::from_secs(20)).await,
+        "the restarted shard's keys were not counted again"
+    );
+    let calls = load.stop().await;
+
+    // Live shards: every call answered, each counted once.
+    let failed: Vec<&(String, Call)> = calls
+        .iter()
+        .filter(|(v, c)| live.contains(v) && !c.ok)
+        .collect();
+    assert!(failed.is_empty(), "calls on live shards failed: {failed:?}");
+    for value in &live {
+        let answered = calls.iter().filter(|(v, c)| v == value && c.ok).count() as u64;
+        let node = cluster.serving(1, slot_of[value]).unwrap();
+        assert_eq!(count_on(&cluster.nodes[node], value), answered, "{value}");
     }
+    // The restarted shard: no failure after its first correct answer.
+    let theirs: Vec<(String, Call)> = calls
+        .iter()
+        .filter(|(v, _)| on[victim].contains(v))
+        .cloned()
+        .collect();
+    let (first_ok, failed) = failed_after_first_ok(&theirs, up_from);
+    assert!(first_ok.is_some());
+    assert!(
+        failed.is_empty(),
+        "{} calls on the restarted shard failed after its first correct answer: {failed:?}",
+        failed.len()
+    );
+    // It started empty: each call answered after the restart counted once.
+    assert_counted_since_restart(&theirs, &on[victim], restart_from, &cluster.nodes[victim]);
     server.shutdown().await;
 }
 
