@@ -2,6 +2,8 @@
 //! embedded store: the cost per request on each thread. With nothing
 //! shared but the counter itself, two threads cost each about what one
 //! does; a lock every request takes shows as the two-thread cost growing.
+//! Two threads on one limiter, each on a descriptor of its own, tell the
+//! counter's share from the rest of the limiter's.
 //!
 //! Each thread's cost is its own CPU time (`CLOCK_THREAD_CPUTIME_ID`), not
 //! the wall clock: on a machine with as many cores as threads, any other
@@ -43,20 +45,23 @@ fn limiter() -> Limiter<StoreKind> {
 }
 
 /// `iters` decisions on each of `threads` threads at once, thread `i` on
-/// `limiters[i % len]`; the CPU time of the thread that spent most.
-fn run(limiters: &[Arc<Limiter<StoreKind>>], threads: usize, iters: u64) -> Duration {
+/// `limiters[i % len]`, all on one descriptor or (`own`) each thread on a
+/// descriptor of its own; the CPU time of the thread that spent most.
+fn run(limiters: &[Arc<Limiter<StoreKind>>], threads: usize, iters: u64, own: bool) -> Duration {
     let start = Arc::new(Barrier::new(threads));
     let workers: Vec<_> = (0..threads)
         .filter_map(|i| limiters.get(i % limiters.len().max(1)))
-        .map(|limiter| {
+        .enumerate()
+        .map(|(i, limiter)| {
             let (limiter, start) = (Arc::clone(limiter), Arc::clone(&start));
+            let value = if own { format!("hot{i}") } else { "hot".into() };
             std::thread::spawn(move || {
                 let rt = tokio::runtime::Builder::new_current_thread()
                     .build()
                     .expect("runtime");
                 let request = Request {
                     domain: "bench".into(),
-                    descriptors: vec![Descriptor::from_pairs([("user", "hot")])],
+                    descriptors: vec![Descriptor::from_pairs([("user", value.as_str())])],
                     hits_addend: 0,
                 };
                 start.wait();
@@ -80,7 +85,7 @@ fn contention(c: &mut Criterion) {
     for threads in [1usize, 2] {
         let limiters = [Arc::new(limiter())];
         group.bench_function(format!("{threads}_threads"), |b| {
-            b.iter_custom(|iters| run(&limiters, threads, iters));
+            b.iter_custom(|iters| run(&limiters, threads, iters, false));
         });
     }
     // The machine's own floor: two threads that share nothing of
@@ -89,7 +94,17 @@ fn contention(c: &mut Criterion) {
     // sharing one limiter costs.
     let apart = [Arc::new(limiter()), Arc::new(limiter())];
     group.bench_function("2_threads_apart", |b| {
-        b.iter_custom(|iters| run(&apart, 2, iters));
+        b.iter_custom(|iters| run(&apart, 2, iters, false));
+    });
+    // One limiter, each thread on a descriptor of its own: everything of
+    // the limiter is shared but the counter. What `2_threads` costs beyond
+    // this is what sharing the one counter costs (its shard's lock and
+    // entry); what this costs beyond `2_threads_apart`, what sharing the
+    // rest of the limiter costs. (The two descriptors' counters may fall
+    // in one shard of the embedded store, one time in 64.)
+    let shared = [Arc::new(limiter())];
+    group.bench_function("2_threads_own_descriptors", |b| {
+        b.iter_custom(|iters| run(&shared, 2, iters, true));
     });
     group.finish();
 }
