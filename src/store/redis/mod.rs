@@ -325,19 +325,22 @@ impl RedisStore {
         now: UnixMillis,
         deadline: Instant,
     ) -> Result<Vec<Outcome>, StoreError> {
-        let (cmds, undos): (Vec<redis::Cmd>, Vec<Option<Undo>>) = batch
-            .ops
-            .iter()
-            .map(|op| self.call(op, now, batch.stop_when_over && !op.id.is_candidate()))
-            .unzip();
+        // Undos only when a refused batch is taken back (an empty vector
+        // allocates nothing).
+        let mut undos: Vec<Option<Undo>> = Vec::new();
         let ops = batch
             .ops
             .iter()
-            .zip(cmds)
-            .map(|(op, cmd)| LaneOp {
-                algorithm: algorithm_number(&op.spec),
-                reply_len: reply_len(op),
-                cmd,
+            .map(|op| {
+                let (cmd, undo) = self.call(op, now, batch.stop_when_over && !op.id.is_candidate());
+                if batch.stop_when_over {
+                    undos.push(undo);
+                }
+                LaneOp {
+                    algorithm: algorithm_number(&op.spec),
+                    reply_len: reply_len(op),
+                    cmd,
+                }
             })
             .collect();
         let replies = match connection {

@@ -82,6 +82,10 @@ struct Counter<'a> {
 impl Merged {
     /// The plan for a call's operations (in the order they are sent).
     pub(super) fn of<'a>(ops: impl Iterator<Item = &'a LaneOp> + Clone) -> Self {
+        // One operation merges with nothing: no map to build.
+        if ops.clone().nth(1).is_none() {
+            return Self::default();
+        }
         let mut counters: FnvHashMap<&[u8], Counter<'_>> = FnvHashMap::default();
         let mut any = false;
         for op in ops.clone() {
