@@ -3,14 +3,124 @@
 //! recovery, and taking back a refused batch. Replies are read by
 //! `reply.rs`.
 
+use super::RedisStore;
 use super::call::{is_noscript, load_scripts};
-use super::command::{Undo, undo_cmd};
+use super::coalesce::{LaneError, LaneOp};
+use super::command::{Undo, algorithm_number, undo_cmd};
 use super::connection::{Connection, no_connection};
-use super::reply::{integers, noscript};
+use super::reply::{bad_reply, integers, noscript, outcome, reply_len};
 use crate::algorithm::Outcome;
 use crate::clock::UnixMillis;
-use crate::store::Op;
+use crate::store::{Batch, Op, StoreError, Unused};
 use redis::{RedisError, RedisResult};
+use tokio::time::{Instant, timeout_at};
+
+impl RedisStore {
+    /// One request's operations: one script call (shared with the
+    /// requests queued with it on the lane), its replies read, and a
+    /// refused batch taken back.
+    pub(super) async fn run(
+        &self,
+        connection: &Connection,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Instant,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        // Undos only when a refused batch is taken back (an empty vector
+        // allocates nothing).
+        let mut undos: Vec<Option<Undo>> = Vec::new();
+        let ops = batch
+            .ops
+            .iter()
+            .map(|op| {
+                let (cmd, undo) = self.call(op, now, batch.stop_when_over && !op.id.is_candidate());
+                if batch.stop_when_over {
+                    undos.push(undo);
+                }
+                LaneOp {
+                    algorithm: algorithm_number(&op.spec),
+                    reply_len: reply_len(op),
+                    cmd,
+                }
+            })
+            .collect();
+        let replies = match connection {
+            Connection::Pool(pool) => {
+                pool.lane()
+                    .ok_or_else(no_connection)?
+                    .run(ops, deadline)
+                    .await
+            }
+            Connection::Cluster(cluster) => cluster.lanes.run(ops, deadline).await,
+        };
+        let replies = match replies {
+            Ok(replies) => replies,
+            Err(LaneError::Redis(err)) => return Err(err.into()),
+            Err(LaneError::TimedOut) => return Err(StoreError::Timeout),
+        };
+        // The lane hands back exactly this request's integers, in order.
+        let mut rest = replies.as_slice();
+        let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.ops.len());
+        for op in &batch.ops {
+            let (reply, tail) = rest
+                .split_at_checked(reply_len(op))
+                .ok_or_else(|| bad_reply(format!("{} integers cut short", replies.len())))?;
+            rest = tail;
+            outcomes.push(outcome(op, reply, now)?);
+        }
+        // Candidate (shadow) limits neither refuse the batch nor are taken
+        // back with it (they have no undo).
+        let refused = batch
+            .ops
+            .iter()
+            .zip(&outcomes)
+            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
+        if batch.stop_when_over && refused {
+            Box::pin(timeout_at(
+                deadline,
+                take_back(connection, &batch.ops, &undos, &mut outcomes, now),
+            ))
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        }
+        Ok(outcomes)
+    }
+
+    /// [`Store::give_back`] on Redis: every block's give-back in one round
+    /// trip; the blocks Redis kept (a GCRA bucket counted on since).
+    pub(super) async fn give_back_unused(
+        &self,
+        unused: Vec<Unused>,
+    ) -> Result<Vec<Unused>, StoreError> {
+        let (unused, undos): (Vec<Unused>, Vec<Undo>) = unused
+            .into_iter()
+            .filter(|u| u.hits > 0)
+            .filter_map(|u| Some((self.give_back_undo(&u)?, u)))
+            .map(|(undo, u)| (u, undo))
+            .unzip();
+        if undos.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cmds = unused
+            .iter()
+            .zip(&undos)
+            .map(|(u, undo)| undo_cmd(undo, u.tat_us))
+            .collect();
+        let deadline = Instant::now() + self.inner.config.timeout;
+        let connection = Box::pin(timeout_at(deadline, self.connection()))
+            .await
+            .map_err(|_| StoreError::Timeout)?;
+        let replies = Box::pin(timeout_at(deadline, execute(&connection, cmds)))
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        Ok(unused
+            .into_iter()
+            .zip(undos.iter().zip(&replies))
+            .filter(|(_, (undo, reply))| undo.kept(reply))
+            .map(|(u, _)| u)
+            .collect())
+    }
+}
 
 /// Undoes the counted operations of a batch refused as a whole.
 pub(super) async fn take_back(

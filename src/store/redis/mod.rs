@@ -33,13 +33,9 @@ pub use config::{RedisConfig, RedisMode, RedisTls};
 use super::{Batch, Outcome, Store, StoreError, Unused};
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
-use coalesce::{LaneError, LaneOp};
-use command::{Undo, algorithm_number, undo_cmd};
 use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
-use execute::take_back;
 use fault::Signals;
 use keys::Keys;
-use reply::{bad_reply, outcome, reply_len};
 use std::hash::{BuildHasher as _, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -317,73 +313,6 @@ impl RedisStore {
         let n = self.inner.nonce_counter.fetch_add(1, Ordering::Relaxed);
         self.inner.nonce_seed.hash_one((n, "nonce"))
     }
-
-    async fn run(
-        &self,
-        connection: &Connection,
-        batch: Batch,
-        now: UnixMillis,
-        deadline: Instant,
-    ) -> Result<Vec<Outcome>, StoreError> {
-        // Undos only when a refused batch is taken back (an empty vector
-        // allocates nothing).
-        let mut undos: Vec<Option<Undo>> = Vec::new();
-        let ops = batch
-            .ops
-            .iter()
-            .map(|op| {
-                let (cmd, undo) = self.call(op, now, batch.stop_when_over && !op.id.is_candidate());
-                if batch.stop_when_over {
-                    undos.push(undo);
-                }
-                LaneOp {
-                    algorithm: algorithm_number(&op.spec),
-                    reply_len: reply_len(op),
-                    cmd,
-                }
-            })
-            .collect();
-        let replies = match connection {
-            Connection::Pool(pool) => {
-                pool.lane()
-                    .ok_or_else(no_connection)?
-                    .run(ops, deadline)
-                    .await
-            }
-            Connection::Cluster(cluster) => cluster.lanes.run(ops, deadline).await,
-        };
-        let replies = match replies {
-            Ok(replies) => replies,
-            Err(LaneError::Redis(err)) => return Err(err.into()),
-            Err(LaneError::TimedOut) => return Err(StoreError::Timeout),
-        };
-        // The lane hands back exactly this request's integers, in order.
-        let mut rest = replies.as_slice();
-        let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.ops.len());
-        for op in &batch.ops {
-            let (reply, tail) = rest
-                .split_at_checked(reply_len(op))
-                .ok_or_else(|| bad_reply(format!("{} integers cut short", replies.len())))?;
-            rest = tail;
-            outcomes.push(outcome(op, reply, now)?);
-        }
-        // Candidate (shadow) limits neither refuse the batch nor are taken
-        // back with it (they have no undo).
-        let refused = batch
-            .ops
-            .iter()
-            .zip(&outcomes)
-            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
-        if batch.stop_when_over && refused {
-            Box::pin(timeout_at(
-                deadline,
-                take_back(connection, &batch.ops, &undos, &mut outcomes, now),
-            ))
-            .await
-            .map_err(|_| StoreError::Timeout)??;
-        }
-        Ok(outcomes)
-    }
 }
 
 impl Store for RedisStore {
@@ -419,33 +348,7 @@ impl Store for RedisStore {
     }
 
     async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {
-        let (unused, undos): (Vec<Unused>, Vec<Undo>) = unused
-            .into_iter()
-            .filter(|u| u.hits > 0)
-            .filter_map(|u| Some((self.give_back_undo(&u)?, u)))
-            .map(|(undo, u)| (u, undo))
-            .unzip();
-        if undos.is_empty() {
-            return Ok(Vec::new());
-        }
-        let cmds = unused
-            .iter()
-            .zip(&undos)
-            .map(|(u, undo)| undo_cmd(undo, u.tat_us))
-            .collect();
-        let deadline = Instant::now() + self.inner.config.timeout;
-        let connection = Box::pin(timeout_at(deadline, self.connection()))
-            .await
-            .map_err(|_| StoreError::Timeout)?;
-        let replies = Box::pin(timeout_at(deadline, execute::execute(&connection, cmds)))
-            .await
-            .map_err(|_| StoreError::Timeout)??;
-        Ok(unused
-            .into_iter()
-            .zip(undos.iter().zip(&replies))
-            .filter(|(_, (undo, reply))| undo.kept(reply))
-            .map(|(u, _)| u)
-            .collect())
+        self.give_back_unused(unused).await
     }
 }
 

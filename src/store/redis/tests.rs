@@ -1,7 +1,7 @@
 //! Unit tests of `redis`.
 
 use super::config::{connection_info, redact};
-use super::reply::integers;
+use super::reply::{integers, outcome};
 use super::*;
 use crate::algorithm::fixed_window::is_over_limit;
 use crate::algorithm::{FixedWindow, Spec};
