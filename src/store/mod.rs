@@ -99,20 +99,18 @@ pub(crate) fn taken_back(op: &Op, outcome: Outcome, now: UnixMillis) -> Outcome 
             after: outcome.before,
             ..outcome
         },
-        // The block (if any) now ends where the request's hits began.
-        Spec::Gcra(gcra) => Outcome {
-            counted: false,
-            remaining: outcome.remaining.saturating_add(op.hits),
-            after: outcome.before,
-            tat_us: outcome
-                .tat_us
-                .saturating_sub(op.hits.saturating_mul(gcra.interval_us())),
-            ..outcome
-        },
         _ => Outcome {
             counted: false,
             remaining: outcome.remaining.saturating_add(op.hits),
             after: outcome.before,
+            // GCRA: the block (if any) now ends where the request's hits
+            // began.
+            tat_us: match op.spec {
+                Spec::Gcra(gcra) => outcome
+                    .tat_us
+                    .saturating_sub(op.hits.saturating_mul(gcra.interval_us())),
+                _ => outcome.tat_us,
+            },
             ..outcome
         },
     }
