@@ -11,10 +11,11 @@
 #   seen for a long while (each process cycles through KEYS values of its
 #   own, so the stores keep creating counters). Then a
 #   WARMUP-second warm-up, then DURATION seconds measured; ROUNDS rounds
-#   interleaving the four servers; medians per server of req/s, p99 and
-#   server CPU per request (utime + stime from /proc, floodgate alone and,
-#   for Redis, floodgate plus redis-server), and the ratios to both no-op
-#   servers (the issue's ratio is to the plain one, `ceiling`). CLUSTER=1
+#   interleaving the servers (every other round in reverse order); medians
+#   per server of req/s, p99 and server CPU per request (utime + stime from
+#   /proc, floodgate alone and, for Redis, floodgate plus redis-server), and
+#   the ratios to both no-op servers (the issue's ratio is to the better
+#   one, `ceiling_tuned`). CLUSTER=1
 #   adds floodgate on a 3-master Redis Cluster (all three nodes pinned to
 #   CPU 1 as well). STORES picks floodgate's stores (default: memory redis,
 #   and cluster with CLUSTER=1). BASELINE=path/to/another/floodgate adds
@@ -216,7 +217,16 @@ calls() { # calls SERVER: script calls it has sent to Redis so far (0 for others
 }
 printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\tcalls_per_100\n' | tee "$OUT/rounds.tsv"
 for round in $(seq "$ROUNDS"); do
-    for s in "${SERVERS[@]}"; do
+    # Every other round in reverse order: a server measured right after
+    # another on the same redis-server finds its keyspace grown and still
+    # expiring, and one measured after the no-op servers finds it empty, so
+    # a fixed order favours one of two builds compared.
+    order=("${SERVERS[@]}")
+    if ((round % 2 == 0)); then
+        order=()
+        for ((i = ${#SERVERS[@]} - 1; i >= 0; i--)); do order+=("${SERVERS[i]}"); done
+    fi
+    for s in "${order[@]}"; do
         h2 "${PORT[$s]}" "warm-$s" "$WARMUP" >/dev/null
         k0=$(calls "$s")
         c0=$(cpu_ticks "${PIDOF[$s]}") r0=$(cpu_ticks "${STORE_PIDS[@]}")
