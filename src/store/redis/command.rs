@@ -59,6 +59,10 @@ impl RedisStore {
         cmd.arg(key.as_str());
         let mut log_prefix = None;
         match op.spec {
+            // count.lua's form: the limit does not change what it does.
+            Spec::FixedWindow { window, .. } if counts_always(op, refuse_over) => {
+                cmd.arg(op.hits).arg(self.ttl_secs(window.window_secs()));
+            }
             Spec::FixedWindow { window, limit } => {
                 cmd.arg(op.hits)
                     .arg(self.ttl_secs(window.window_secs()))
@@ -215,9 +219,25 @@ fn current_buckets(
         .collect()
 }
 
-/// The batch script's number of an algorithm.
-pub(super) const fn algorithm_number(spec: &Spec) -> u8 {
-    match spec {
+/// The batch and peek scripts' number of `count.lua`: a fixed window
+/// counting every hit.
+pub(super) const COUNT: u8 = 0;
+
+/// Whether an operation is the reference's fixed window counting every hit
+/// (not refused when over, not a lease, not a check-only read): sent as
+/// `count.lua`'s smaller form, its reply the count before alone.
+pub(super) fn counts_always(op: &Op, refuse_over: bool) -> bool {
+    matches!(op.spec, Spec::FixedWindow { .. }) && !refuse_over && op.lease.is_none() && op.hits > 0
+}
+
+/// The batch script's number of an operation's algorithm ([`COUNT`] for
+/// the fixed window counting every hit); `refuse_over` as for
+/// [`RedisStore::call`].
+pub(super) fn algorithm_number(op: &Op, refuse_over: bool) -> u8 {
+    if counts_always(op, refuse_over) {
+        return COUNT;
+    }
+    match op.spec {
         Spec::FixedWindow { .. } => 1,
         Spec::SlidingWindow(_) => 2,
         Spec::SlidingLog(_) => 3,
@@ -260,7 +280,7 @@ pub(super) enum KeysIn<'a> {
 /// One batch-script call for operations (`key args…` each): their keys
 /// (as KEYS, or as arguments after their count and the probes' count,
 /// followed by the probes), then for each its algorithm number, argument
-/// count and arguments.
+/// count and arguments ([`COUNT`]'s without the count: always two).
 pub(super) fn batch_cmd<'a>(
     ops: impl Iterator<Item = (u8, &'a redis::Cmd)> + Clone,
     keys_in: KeysIn<'_>,
@@ -293,8 +313,10 @@ pub(super) fn batch_cmd<'a>(
         }
     }
     for (algorithm, op) in ops {
-        cmd.arg(algorithm)
-            .arg(op.args_iter().len().saturating_sub(1));
+        cmd.arg(algorithm);
+        if algorithm != COUNT {
+            cmd.arg(op.args_iter().len().saturating_sub(1));
+        }
         for arg in bytes_of(op).skip(1) {
             cmd.arg(arg);
         }

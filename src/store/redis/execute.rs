@@ -29,17 +29,21 @@ impl RedisStore {
         // Undos only when a refused batch is taken back (an empty vector
         // allocates nothing).
         let mut undos: Vec<Option<Undo>> = Vec::new();
+        // Candidate (shadow) limits neither refuse the batch nor are taken
+        // back with it (they have no undo).
+        let refuse_over = |op: &Op| batch.stop_when_over && !op.id.is_candidate();
         let ops = batch
             .ops
             .iter()
             .map(|op| {
-                let (cmd, undo) = self.call(op, now, batch.stop_when_over && !op.id.is_candidate());
+                let (cmd, undo) = self.call(op, now, refuse_over(op));
                 if batch.stop_when_over {
                     undos.push(undo);
                 }
+                let algorithm = algorithm_number(op, refuse_over(op));
                 LaneOp {
-                    algorithm: algorithm_number(&op.spec),
-                    reply_len: reply_len(op),
+                    algorithm,
+                    reply_len: reply_len(op, algorithm),
                     cmd,
                 }
             })
@@ -62,14 +66,13 @@ impl RedisStore {
         let mut rest = replies.as_slice();
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.ops.len());
         for op in &batch.ops {
+            let algorithm = algorithm_number(op, refuse_over(op));
             let (reply, tail) = rest
-                .split_at_checked(reply_len(op))
+                .split_at_checked(reply_len(op, algorithm))
                 .ok_or_else(|| bad_reply(format!("{} integers cut short", replies.len())))?;
             rest = tail;
-            outcomes.push(outcome(op, reply, now)?);
+            outcomes.push(outcome(op, algorithm, reply, now)?);
         }
-        // Candidate (shadow) limits neither refuse the batch nor are taken
-        // back with it (they have no undo).
         let refused = batch
             .ops
             .iter()

@@ -10,7 +10,7 @@ use super::reply::{bad_reply, outcome};
 use super::{RedisStore, scripts};
 use crate::algorithm::Outcome;
 use crate::clock::UnixMillis;
-use crate::store::{Batch, StoreError};
+use crate::store::{Batch, Op, StoreError};
 use redis::RedisResult;
 
 impl RedisStore {
@@ -23,12 +23,13 @@ impl RedisStore {
     ) -> Result<Vec<Outcome>, StoreError> {
         let call = async {
             let connection = self.connection().await;
+            let refuse_over = |op: &Op| batch.stop_when_over && !op.id.is_candidate();
             let cmds: Vec<redis::Cmd> = batch
                 .ops
                 .iter()
                 .map(|op| {
-                    let refuse = batch.stop_when_over && !op.id.is_candidate();
-                    peek_cmd(algorithm_number(&op.spec), &self.call(op, now, refuse).0)
+                    let algorithm = algorithm_number(op, refuse_over(op));
+                    peek_cmd(algorithm, &self.call(op, now, refuse_over(op)).0)
                 })
                 .collect();
             let replies = execute(&connection, cmds).await?;
@@ -43,7 +44,7 @@ impl RedisStore {
                 .ops
                 .iter()
                 .zip(&replies)
-                .map(|(op, reply)| outcome(op, reply, now))
+                .map(|(op, reply)| outcome(op, algorithm_number(op, refuse_over(op)), reply, now))
                 .collect::<RedisResult<Vec<Outcome>>>()
         };
         match tokio::time::timeout(self.inner.config.timeout, call).await {

@@ -1,6 +1,7 @@
 //! Reading the scripts' replies strictly: an unexpected shape is an error,
 //! never a fresh window. Pure decoding, no I/O.
 
+use super::command::COUNT;
 use crate::algorithm::concurrency::Acted;
 use crate::algorithm::fixed_window::Tally;
 use crate::algorithm::sliding_log::WindowProbe;
@@ -70,9 +71,12 @@ pub(super) fn bad_reply(detail: String) -> RedisError {
     ))
 }
 
-/// How many integers an operation's algorithm script replies: a lease adds
-/// the hits it took.
-pub(super) fn reply_len(op: &Op) -> usize {
+/// How many integers an operation's algorithm script replies (`algorithm`
+/// its number in the batch script): a lease adds the hits it took.
+pub(super) fn reply_len(op: &Op, algorithm: u8) -> usize {
+    if algorithm == COUNT {
+        return 1;
+    }
     let leased = usize::from(op.lease.is_some());
     match &op.spec {
         Spec::FixedWindow { .. } | Spec::Gcra(_) => 2 + leased,
@@ -85,8 +89,13 @@ pub(super) fn reply_len(op: &Op) -> usize {
 /// Reads a script reply: the same pure functions as the memory store turn
 /// the state Redis saw into the answer. A reply of the wrong length is an
 /// error, never a fresh window.
-pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Outcome> {
-    let expected = reply_len(op);
+pub(super) fn outcome(
+    op: &Op,
+    algorithm: u8,
+    reply: &[i64],
+    now: UnixMillis,
+) -> RedisResult<Outcome> {
+    let expected = reply_len(op, algorithm);
     if reply.len() != expected {
         return Err(bad_reply(format!(
             "{} integers where {expected} were expected",
@@ -104,7 +113,8 @@ pub(super) fn outcome(op: &Op, reply: &[i64], now: UnixMillis) -> RedisResult<Ou
     let mut outcome = match op.spec {
         Spec::FixedWindow { window, limit } => {
             let before = unsigned(at(0));
-            if at(1) == 1 {
+            // count.lua's reply is the count before alone: always counted.
+            if algorithm == COUNT || at(1) == 1 {
                 // The answer after the block: what the store has left.
                 let after = before.saturating_add(op.hits).saturating_add(leased);
                 window.outcome(Tally { before, after }, limit, now, true)

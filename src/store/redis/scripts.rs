@@ -17,7 +17,7 @@ pub(crate) static TAKE_BACK_TAT: LazyLock<Script> =
 pub(crate) static TAKE_BACK_LOG: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/take_back_log.lua")));
 
-/// The read-only twin of the four algorithm scripts, for `/explain`: their
+/// The read-only twin of the algorithm scripts, for `/explain`: their
 /// own source with every `redis.call` going through [`PEEK_CALL`], which
 /// reads as they do but writes nothing, so each replies what it would reply
 /// if it ran now. `ARGV[1]` is the algorithm's number (as in the batch
@@ -31,6 +31,7 @@ pub(crate) static PEEK: LazyLock<Script> = LazyLock::new(|| {
     };
     let source = [
         PEEK_CALL.to_owned(),
+        function("count", include_str!("scripts/count.lua")),
         function("fixed_window", include_str!("scripts/fixed_window.lua")),
         function("sliding_window", include_str!("scripts/sliding_window.lua")),
         function("sliding_log", include_str!("scripts/sliding_log.lua")),
@@ -62,7 +63,7 @@ end
 
 /// The peek script's call of one algorithm.
 const PEEK_DISPATCH: &str = r"
-local algorithms = {fixed_window, sliding_window, sliding_log, gcra, concurrency}
+local algorithms = {[0] = count, fixed_window, sliding_window, sliding_log, gcra, concurrency}
 local args = {}
 for j = 2, #ARGV do
   args[j - 1] = ARGV[j]
@@ -70,7 +71,7 @@ end
 return algorithms[tonumber(ARGV[1])]({KEYS[1]}, args)
 ";
 
-/// `scripts/batch.lua` with the four algorithm scripts inserted as
+/// `scripts/batch.lua` with the algorithm scripts inserted as
 /// functions: every operation of a request in one call. Its operations'
 /// keys are the call's KEYS, so they share one slot on a Cluster.
 pub(crate) static BATCH: LazyLock<Script> =
@@ -87,7 +88,7 @@ pub(crate) static NODE_BATCH: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-/// A batch script: `header`, the four algorithm scripts as functions, the
+/// A batch script: `header`, the algorithm scripts as functions, the
 /// loop over operations (`run`), then `main`.
 fn batch_script(header: &str, main: &str) -> Script {
     let function =
@@ -116,24 +117,19 @@ local function run(keys, at)
   local r = 0
   for i = 1, #keys do
     local kind = ARGV[at]
-    local n = tonumber(ARGV[at + 1])
-    local hits = 0
-    if kind == '1' and n == 4 and ARGV[at + 5] == '0' then
-      hits = tonumber(ARGV[at + 2])
-    end
-    if hits > 0 then
-      -- The reference's fixed window, counting every hit (no refusal, no
-      -- lease): fixed_window's own last lines, inline. Most operations
-      -- are this one, and each saves the three tables and the call of
-      -- the general path.
+    if kind == '0' then
+      -- count.lua's lines, inline: most operations are this one, and each
+      -- saves the three tables and the call of the general path.
+      local hits = tonumber(ARGV[at + 1])
       local after = redis.call('INCRBY', keys[i], hits)
       if after == hits then
-        redis.call('EXPIRE', keys[i], ARGV[at + 3])
+        redis.call('EXPIRE', keys[i], ARGV[at + 2])
       end
-      replies[r + 1] = after - hits
-      replies[r + 2] = 1
-      r = r + 2
+      r = r + 1
+      replies[r] = after - hits
+      at = at + 3
     else
+      local n = tonumber(ARGV[at + 1])
       -- unpack copies the operation's arguments in C, not in a Lua loop.
       local args = {unpack(ARGV, at + 2, at + 1 + n)}
       -- One flat reply (each operation's integers, one after the other):
@@ -144,8 +140,8 @@ local function run(keys, at)
         replies[r + j] = reply[j]
       end
       r = r + #reply
+      at = at + 2 + n
     end
-    at = at + 2 + n
   end
   return replies
 end

@@ -1,7 +1,8 @@
 //! Unit tests of `redis`.
 
+use super::command::{COUNT, algorithm_number, counts_always};
 use super::config::{connection_info, redact};
-use super::reply::{integers, outcome};
+use super::reply::{integers, outcome, reply_len};
 use super::*;
 use crate::algorithm::fixed_window::is_over_limit;
 use crate::algorithm::{FixedWindow, Spec};
@@ -59,15 +60,66 @@ fn fixed_window_outcome_matches_memory_semantics() {
         hits: 2,
         lease: None,
     };
-    // {before, counted}: after is before + hits.
-    let o = outcome(&op, &[3, 1], now).unwrap();
+    // fixed_window.lua's {before, counted}: after is before + hits.
+    let o = outcome(&op, 1, &[3, 1], now).unwrap();
     assert_eq!(
         (o.over_limit, o.remaining, o.reset.as_secs()),
         (false, 0, 30)
     );
-    let o = outcome(&op, &[4, 0], now).unwrap();
+    let o = outcome(&op, 1, &[4, 0], now).unwrap();
     assert!(o.over_limit && !o.counted);
     assert!(is_over_limit(o.after, 5));
+    // count.lua's {before}: always counted, so 4 before and 2 hits is over
+    // and counted (the reference's fixed window).
+    let o = outcome(&op, COUNT, &[3], now).unwrap();
+    assert_eq!((o.over_limit, o.remaining, o.counted), (false, 0, true));
+    let o = outcome(&op, COUNT, &[4], now).unwrap();
+    assert!(o.over_limit && o.counted);
+    assert_eq!(o.after, 6);
+}
+
+#[test]
+fn only_a_fixed_window_counting_every_hit_is_sent_in_the_counting_form() {
+    let op = |spec, hits, lease| Op {
+        id: crate::store::CounterId::new("d", [("k", "v")]),
+        spec,
+        hits,
+        lease,
+    };
+    let fixed = Spec::FixedWindow {
+        window: FixedWindow::new(60),
+        limit: 5,
+    };
+    let gcra = Spec::Gcra(crate::algorithm::Gcra::new(5, 1_000, 5));
+    assert!(counts_always(&op(fixed, 1, None), false));
+    // Refused when over, check-only, leased, another algorithm: the
+    // algorithm's own script.
+    assert!(!counts_always(&op(fixed, 1, None), true));
+    assert!(!counts_always(&op(fixed, 0, None), false));
+    assert!(!counts_always(&op(fixed, 1, Some(4)), false));
+    assert!(!counts_always(&op(gcra, 1, None), false));
+    assert_eq!(algorithm_number(&op(fixed, 1, None), false), COUNT);
+    assert_eq!(algorithm_number(&op(fixed, 1, None), true), 1);
+    assert_eq!(reply_len(&op(fixed, 1, None), COUNT), 1);
+    assert_eq!(reply_len(&op(fixed, 1, None), 1), 2);
+    // On the wire: three values for the counting form (no argument count,
+    // no limit, no refusal flag), the full form otherwise.
+    let store = RedisStore::new(RedisConfig::single("127.0.0.1:1"));
+    let now = UnixMillis::from_secs(1_230);
+    let (counting, _) = store.call(&op(fixed, 2, None), now, false);
+    let (refusing, _) = store.call(&op(fixed, 2, None), now, true);
+    let cmd = super::command::batch_cmd(
+        [(COUNT, &counting), (1, &refusing)].into_iter(),
+        super::command::KeysIn::Keys,
+    );
+    let args: Vec<String> = super::command::bytes_of(&cmd)
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .collect();
+    let key = "{d|k=v}f60:1200";
+    assert_eq!(
+        args.get(2..).unwrap(),
+        ["2", key, key, "0", "2", "60", "1", "4", "2", "60", "5", "1"]
+    );
 }
 
 #[test]
@@ -87,21 +139,23 @@ fn unexpected_replies_are_typed_errors_never_fresh_windows() {
         crate::algorithm::Limits::new([(5, 1_000), (9, 60_000)]),
     )));
     let gcra = op(Spec::Gcra(crate::algorithm::Gcra::new(5, 1_000, 5)));
-    for (op, reply) in [
-        (&fixed, &[][..]),
-        (&fixed, &[1][..]),
-        (&fixed, &[1, 2, 1][..]),
-        (&log, &[1, 0, -1][..]),
-        (&gcra, &[1][..]),
+    for (op, algorithm, reply) in [
+        (&fixed, 1, &[][..]),
+        (&fixed, 1, &[1][..]),
+        (&fixed, 1, &[1, 2, 1][..]),
+        (&fixed, COUNT, &[][..]),
+        (&fixed, COUNT, &[1, 1][..]),
+        (&log, 3, &[1, 0, -1][..]),
+        (&gcra, 4, &[1][..]),
     ] {
-        let err = StoreError::from(outcome(op, reply, now).unwrap_err());
+        let err = StoreError::from(outcome(op, algorithm, reply, now).unwrap_err());
         assert!(
             matches!(err, StoreError::BadReply { .. }),
             "{reply:?}: {err:?}"
         );
         assert!(!err.is_transient());
     }
-    assert!(outcome(&log, &[1, 0, -1, 0, -1], now).is_ok());
+    assert!(outcome(&log, 3, &[1, 0, -1, 0, -1], now).is_ok());
     for value in [
         redis::Value::Nil,
         redis::Value::Okay,

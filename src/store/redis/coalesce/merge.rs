@@ -10,20 +10,17 @@
 //! reply is exactly that are merged: fixed windows that always count
 //! (the reference's behaviour; not a refusing
 //! `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` call, not a lease, not a
-//! check-only read), on a key no other operation of the call touches.
-//! Their reply does not depend on the limit, and only the first one can
-//! create the key, so the merged operation carries the first one's expiry
-//! (each carries its own jittered one) and limit. Under load, requests on one hot
+//! check-only read: `count.lua`'s operations), on a key no other operation
+//! of the call touches. Only the first one can create the key, so the
+//! merged operation carries the first one's expiry (each carries its own
+//! jittered one). Under load, requests on one hot
 //! descriptor then cost Redis one command per call instead of one per
 //! request, and floodgate writes and parses one operation instead of
 //! dozens.
 
-use super::super::command::{bytes_of, key_of};
+use super::super::command::{COUNT, bytes_of, key_of};
 use super::{Job, LaneError, LaneOp, Replies, replies_len};
 use fnv::FnvHashMap;
-
-/// The fixed-window algorithm's number in the batch script.
-const FIXED_WINDOW: u8 = 1;
 
 /// What one of the call's operations is sent as.
 #[derive(Debug, Clone, Copy)]
@@ -47,30 +44,27 @@ pub(super) struct Merged {
     merged: Vec<LaneOp>,
 }
 
-/// How many integers a fixed window replies: before, counted.
-const FIXED_WINDOW_REPLY: usize = 2;
-
-/// An operation that may be merged: `key hits ttl limit '0'`, hits > 0.
-/// Its hits, expiry and limit.
-fn mergeable(op: &LaneOp) -> Option<(u64, [&[u8]; 2])> {
-    if op.algorithm != FIXED_WINDOW {
+/// An operation that may be merged: `count.lua`'s `key hits ttl`. Its
+/// hits and expiry.
+fn mergeable(op: &LaneOp) -> Option<(u64, &[u8])> {
+    if op.algorithm != COUNT {
         return None;
     }
     // After the key (which `Merged::of` groups by).
     let mut args = bytes_of(&op.cmd).skip(1);
-    let (hits, ttl, limit, refuse) = (args.next()?, args.next()?, args.next()?, args.next()?);
-    if args.next().is_some() || refuse != b"0" {
+    let (hits, ttl) = (args.next()?, args.next()?);
+    if args.next().is_some() {
         return None;
     }
     let hits: u64 = std::str::from_utf8(hits).ok()?.parse().ok()?;
-    (hits > 0).then_some((hits, [ttl, limit]))
+    Some((hits, ttl))
 }
 
 /// A counter seen in the call.
 struct Counter<'a> {
-    /// The first operation's expiry and limit, `None` once an operation
-    /// on it cannot be merged.
-    args: Option<[&'a [u8]; 2]>,
+    /// The first operation's expiry, `None` once an operation on it
+    /// cannot be merged.
+    ttl: Option<&'a [u8]>,
     /// Its operations.
     count: usize,
     /// Its group, once it has one.
@@ -89,29 +83,29 @@ impl Merged {
         let mut counters: FnvHashMap<&[u8], Counter<'_>> = FnvHashMap::default();
         let mut any = false;
         for op in ops.clone() {
-            let args = mergeable(op).map(|(_, args)| args);
+            let ttl = mergeable(op).map(|(_, ttl)| ttl);
             let counter = counters.entry(key_of(&op.cmd)).or_insert(Counter {
-                args,
+                ttl,
                 count: 0,
                 group: None,
                 hits: 0,
             });
             counter.count += 1;
-            if args.is_none() {
-                counter.args = None;
+            if ttl.is_none() {
+                counter.ttl = None;
             }
-            any |= counter.count > 1 && counter.args.is_some();
+            any |= counter.count > 1 && counter.ttl.is_some();
         }
         if !any {
             return Self::default();
         }
         let mut plan = Self::default();
-        let mut groups: Vec<(&[u8], [&[u8]; 2])> = Vec::new();
+        let mut groups: Vec<(&[u8], &[u8])> = Vec::new();
         for op in ops {
             let key = key_of(&op.cmd);
             let part = match (mergeable(op), counters.get_mut(key)) {
-                (Some((hits, _)), Some(counter)) if counter.count > 1 => match counter.args {
-                    Some(args) => {
+                (Some((hits, _)), Some(counter)) if counter.count > 1 => match counter.ttl {
+                    Some(ttl) => {
                         let offset = i64::try_from(counter.hits).unwrap_or(i64::MAX);
                         counter.hits = counter.hits.saturating_add(hits);
                         match counter.group {
@@ -119,7 +113,7 @@ impl Merged {
                             None => {
                                 let group = groups.len();
                                 counter.group = Some(group);
-                                groups.push((key, args));
+                                groups.push((key, ttl));
                                 Part::Leads { group }
                             }
                         }
@@ -132,13 +126,13 @@ impl Merged {
         }
         plan.merged = groups
             .into_iter()
-            .map(|(key, [ttl, limit])| {
+            .map(|(key, ttl)| {
                 let hits = counters.get(key).map_or(0, |counter| counter.hits);
-                let mut cmd = redis::Cmd::with_capacity(5, key.len() + 48);
-                cmd.arg(key).arg(hits).arg(ttl).arg(limit).arg(0);
+                let mut cmd = redis::Cmd::with_capacity(3, key.len() + 32);
+                cmd.arg(key).arg(hits).arg(ttl);
                 LaneOp {
-                    algorithm: FIXED_WINDOW,
-                    reply_len: FIXED_WINDOW_REPLY,
+                    algorithm: COUNT,
+                    reply_len: 1,
                     cmd,
                 }
             })
@@ -171,9 +165,9 @@ impl Merged {
         if self.parts.is_empty() {
             return sent;
         }
-        let mut all = Vec::with_capacity(sent.len() + 2 * self.parts.len());
-        // Each merged counter's reply: its count before and counted.
-        let mut leads: Vec<[i64; 2]> = vec![[0, 0]; self.merged.len()];
+        let mut all = Vec::with_capacity(sent.len() + self.parts.len());
+        // Each merged counter's reply: its count before.
+        let mut leads: Vec<i64> = vec![0; self.merged.len()];
         let mut rest = sent.as_slice();
         for (part, len) in self.parts.iter().zip(ops) {
             match *part {
@@ -183,18 +177,17 @@ impl Merged {
                     rest = tail;
                 }
                 Part::Leads { group } => {
-                    let (own, tail) = rest
-                        .split_at_checked(FIXED_WINDOW_REPLY)
-                        .unwrap_or((rest, &[]));
-                    rest = tail;
-                    if let ([before, counted], Some(lead)) = (own, leads.get_mut(group)) {
-                        *lead = [*before, *counted];
+                    if let Some((&before, tail)) = rest.split_first() {
+                        rest = tail;
+                        all.push(before);
+                        if let Some(lead) = leads.get_mut(group) {
+                            *lead = before;
+                        }
                     }
-                    all.extend_from_slice(own);
                 }
                 Part::Follows { group, offset } => {
-                    let [before, counted] = leads.get(group).copied().unwrap_or_default();
-                    all.extend_from_slice(&[before.saturating_add(offset), counted]);
+                    let before = leads.get(group).copied().unwrap_or_default();
+                    all.push(before.saturating_add(offset));
                 }
             }
         }
@@ -235,17 +228,27 @@ impl Merged {
 #[cfg(test)]
 mod tests {
     use super::{LaneOp, Merged};
-    use crate::store::redis::command::bytes_of;
+    use crate::store::redis::command::{COUNT, bytes_of};
     use proptest::prelude::*;
     use std::collections::HashMap;
 
-    /// `key hits ttl limit refuse` for `algorithm` (1 a fixed window; any
-    /// other number stands for an operation that reads the key: 3 replies).
+    /// An operation as `RedisStore::call` builds it: a fixed window
+    /// (`algorithm` 1) counting every hit as count.lua's `key hits ttl`,
+    /// any other as `key hits ttl limit refuse` (any other number stands
+    /// for an operation that reads the key: 3 replies).
     fn op(algorithm: u8, key: &str, hits: u64, limit: u64, refuse: u8) -> LaneOp {
         let mut cmd = redis::Cmd::new();
         // Each its own expiry, as jitter gives them.
         let ttl = 60 + hits * 7 + limit;
-        cmd.arg(key).arg(hits).arg(ttl).arg(limit).arg(refuse);
+        cmd.arg(key).arg(hits).arg(ttl);
+        if algorithm == 1 && refuse == 0 && hits > 0 {
+            return LaneOp {
+                algorithm: COUNT,
+                reply_len: 1,
+                cmd,
+            };
+        }
+        cmd.arg(limit).arg(refuse);
         LaneOp {
             algorithm,
             reply_len: if algorithm == 1 { 2 } else { 3 },
@@ -258,14 +261,23 @@ mod tests {
     }
 
     /// What the batch script replies to operations run one after the
-    /// other (fixed_window.lua without leases); `counts` holds each key's
-    /// count and the expiry it was given.
+    /// other (count.lua, fixed_window.lua without leases); `counts` holds
+    /// each key's count and the expiry it was given.
     fn run(ops: &[&LaneOp], counts: &mut HashMap<Vec<u8>, (i64, i64)>) -> Vec<i64> {
         let mut replies = Vec::new();
         for op in ops {
             let args: Vec<&[u8]> = bytes_of(&op.cmd).collect();
             let (count, ttl) = counts.entry(args[0].to_vec()).or_insert((0, -1));
             let before = *count;
+            if op.algorithm == COUNT {
+                let hits = int(args[1]);
+                *count += hits;
+                if *count == hits {
+                    *ttl = int(args[2]);
+                }
+                replies.push(before);
+                continue;
+            }
             if op.algorithm != 1 {
                 replies.extend([before, 7, 7]);
                 continue;

@@ -9,8 +9,9 @@
 -- KEYS[i]  the key of operation i
 -- ARGV     for each operation, in order: algorithm (1 fixed_window,
 --          2 sliding_window, 3 sliding_log, 4 gcra, 5 concurrency), argument
---          count n, then
---          its n arguments
+--          count n, then its n arguments; or, for count.lua's operation (a
+--          fixed window counting every hit, most operations), 0 and its two
+--          arguments, without a count: three values, not six
 --
 -- Reply: one flat array: what each operation's algorithm script returns,
 -- one after the other (floodgate knows each reply's length from the

@@ -37,8 +37,9 @@ if hits == 0 or ARGV[4] == '1' then
     return {before, 0}
   end
 end
--- Counting always: INCRBY alone tells the count before (one command, not a
--- GET and an INCRBY: the common path of every fixed-window hit).
+-- Counting always (floodgate sends this case as count.lua's smaller form;
+-- this path stays for a caller that does not): INCRBY alone tells the
+-- count before.
 local after = redis.call('INCRBY', KEYS[1], hits)
 if after == hits then
   -- The key is new: give it its one expiry, so no key lives forever and the
