@@ -65,6 +65,23 @@ impl Batch {
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
+
+    /// Whether `op` is refused, counting nothing, when over its limit:
+    /// under `stop_when_over`, every operation but a candidate (shadow)
+    /// limit's, which neither refuses the request nor is taken back with it.
+    pub fn refuses(&self, op: &Op) -> bool {
+        self.stop_when_over && !op.id.is_candidate()
+    }
+
+    /// Whether the request is refused as a whole by its `outcomes` (one
+    /// per operation): an operation that [`Batch::refuses`] went over its
+    /// limit, so what the others counted is taken back.
+    pub fn refused_by(&self, outcomes: &[Outcome]) -> bool {
+        self.ops
+            .iter()
+            .zip(outcomes)
+            .any(|(op, o)| o.over_limit && self.refuses(op))
+    }
 }
 
 /// Unused hits of a lease's block, given back to the window or bucket they

@@ -110,7 +110,7 @@ impl MemcacheStore {
     ) -> Result<Vec<Outcome>, StoreError> {
         let servers = self.inner.servers.load_full();
         let planned = self.plan(&batch.ops, now, servers.len())?;
-        let refuse = |op: &Op| batch.stop_when_over && !op.id.is_candidate();
+        let refuse = |op: &Op| batch.refuses(op);
         let max_idle = self.inner.config.max_idle_conns;
         let tls = self.inner.tls.as_ref();
         let counts = self
@@ -150,12 +150,7 @@ impl MemcacheStore {
             .zip(&counts)
             .map(|(op, &(after, refused))| answer(op, after, refused, now))
             .collect();
-        let refused = batch
-            .ops
-            .iter()
-            .zip(&outcomes)
-            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
-        if batch.stop_when_over && refused {
+        if batch.refused_by(&outcomes) {
             self.take_back(&batch, &planned, &servers, &mut outcomes, now, deadline)
                 .await?;
         }
@@ -246,8 +241,7 @@ impl MemcacheStore {
             .map(|(op, before)| match op.spec {
                 Spec::FixedWindow { window, limit } => {
                     let after = before.saturating_add(op.hits);
-                    if batch.stop_when_over && !op.id.is_candidate() && op.hits > 0 && after > limit
-                    {
+                    if batch.refuses(op) && op.hits > 0 && after > limit {
                         window.refused(before, op.hits, limit, now)
                     } else {
                         window.outcome(Tally { before, after }, limit, now, true)

@@ -226,16 +226,11 @@ impl MemoryStore {
             .ops
             .iter()
             .map(|op| {
-                let refuse = !op.id.is_candidate();
+                let refuse = batch.refuses(op);
                 self.apply_one(op.id.clone(), &op.spec, op.hits, now, refuse)
             })
             .collect();
-        let refused = batch
-            .ops
-            .iter()
-            .zip(&outcomes)
-            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
-        if refused {
+        if batch.refused_by(&outcomes) {
             for (op, outcome) in batch.ops.into_iter().zip(&mut outcomes) {
                 if outcome.counted && op.hits > 0 && !op.id.is_candidate() {
                     self.take_back(&op, now);
@@ -299,7 +294,7 @@ impl MemoryStore {
                         copies.len() - 1
                     }
                 };
-                let refuse = batch.stop_when_over && !op.id.is_candidate();
+                let refuse = batch.refuses(op);
                 match copies.get_mut(at) {
                     Some((_, copy)) => copy.apply(&op.spec, op.hits, now, refuse),
                     None => Outcome::NOTHING,

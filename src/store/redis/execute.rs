@@ -29,9 +29,8 @@ impl RedisStore {
         // Undos only when a refused batch is taken back (an empty vector
         // allocates nothing).
         let mut undos: Vec<Option<Undo>> = Vec::new();
-        // Candidate (shadow) limits neither refuse the batch nor are taken
-        // back with it (they have no undo).
-        let refuse_over = |op: &Op| batch.stop_when_over && !op.id.is_candidate();
+        // Candidate (shadow) limits have no undo: they are not taken back.
+        let refuse_over = |op: &Op| batch.refuses(op);
         let ops = batch
             .ops
             .iter()
@@ -73,12 +72,7 @@ impl RedisStore {
             rest = tail;
             outcomes.push(outcome(op, algorithm, reply, now)?);
         }
-        let refused = batch
-            .ops
-            .iter()
-            .zip(&outcomes)
-            .any(|(op, o)| o.over_limit && !op.id.is_candidate());
-        if batch.stop_when_over && refused {
+        if batch.refused_by(&outcomes) {
             Box::pin(timeout_at(
                 deadline,
                 take_back(connection, &batch.ops, &undos, &mut outcomes, now),

@@ -23,7 +23,7 @@ impl RedisStore {
     ) -> Result<Vec<Outcome>, StoreError> {
         let call = async {
             let connection = self.connection().await;
-            let refuse_over = |op: &Op| batch.stop_when_over && !op.id.is_candidate();
+            let refuse_over = |op: &Op| batch.refuses(op);
             let cmds: Vec<redis::Cmd> = batch
                 .ops
                 .iter()
