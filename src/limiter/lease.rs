@@ -76,6 +76,37 @@ pub(super) enum Admit {
     Untracked,
 }
 
+/// The leases one request asks the store about: (the operation's place in
+/// the batch, its lease, the block it asked for). Each is deposited or
+/// released by the request, or released when the request is dropped with
+/// its store call in flight (a caller that gave up, as Envoy's filter does
+/// at its timeout): a claim left behind would keep its lease from ever
+/// taking a block again, every later hit on the descriptor a store call.
+/// The block such a call may still take in the store is left counted and
+/// never held: at most one block, under-admitted until its window ends.
+#[derive(Debug, Default)]
+pub(super) struct Claims(Vec<(usize, Arc<Lease>, u64)>);
+
+impl Claims {
+    /// Records that the operation at `at` asks `lease` for `want`.
+    pub(super) fn push(&mut self, at: usize, lease: Arc<Lease>, want: u64) {
+        self.0.push((at, lease, want));
+    }
+
+    /// Hands every claim to `f` (to deposit or release), leaving none.
+    pub(super) fn settle(&mut self, mut f: impl FnMut(usize, &Lease, u64)) {
+        for (at, lease, want) in self.0.drain(..) {
+            f(at, &lease, want);
+        }
+    }
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        self.settle(|_, lease, want| Leases::release(lease, want));
+    }
+}
+
 /// The leases of the descriptors of one shard: per counter, one per
 /// leased operation.
 type Shard = RwLock<HashMap<CounterId, Vec<Arc<Lease>>, fnv::FnvBuildHasher>>;

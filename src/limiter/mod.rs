@@ -159,7 +159,7 @@ impl<S: Store> Limiter<S> {
         // Leased operations sent to the store (batch position, lease) and
         // hits admitted from blocks (slot, identity, spec: to put back if
         // the request is refused as a whole).
-        let mut deposits: Vec<(usize, Arc<lease::Lease>, u64)> = Vec::new();
+        let mut deposits = lease::Claims::default();
         let mut locals: Vec<(usize, CounterId, Spec)> = Vec::new();
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
@@ -201,7 +201,7 @@ impl<S: Store> Limiter<S> {
                     sent.push(slots.len());
                     let lease = match admit {
                         Some(Admit::Store { lease, want }) => {
-                            deposits.push((batch.ops.len(), lease, want));
+                            deposits.push(batch.ops.len(), lease, want);
                             Some(want)
                         }
                         Some(Admit::Untracked) => Some(0),
@@ -254,11 +254,12 @@ impl<S: Store> Limiter<S> {
             match result {
                 Ok(mut results) => {
                     if let Some(leases) = &self.leases {
-                        for (at, lease, want) in &deposits {
-                            if let Some(outcome) = results.get_mut(*at) {
-                                leases.deposit(lease, *want, outcome, now, &self.metrics.lease);
+                        deposits.settle(|at, lease, want| match results.get_mut(at) {
+                            Some(outcome) => {
+                                leases.deposit(lease, want, outcome, now, &self.metrics.lease);
                             }
-                        }
+                            None => Leases::release(lease, want),
+                        });
                     }
                     for (&s, outcome) in sent.iter().zip(results) {
                         if let Some(slot) = slots.get_mut(s) {
@@ -284,9 +285,7 @@ impl<S: Store> Limiter<S> {
                     }
                 }
                 Err(err) => {
-                    for (_, lease, want) in &deposits {
-                        Leases::release(lease, *want);
-                    }
+                    deposits.settle(|_, lease, want| Leases::release(lease, want));
                     if let Some(suppressed) = self.failures.admit(err.kind(), now) {
                         tracing::warn!(
                             error = &err as &dyn std::error::Error,

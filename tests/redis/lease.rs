@@ -221,3 +221,61 @@ async fn a_gcra_block_comes_back_only_while_it_is_the_top_of_its_bucket() {
     assert_eq!(kept, Vec::new());
     assert_eq!(tat(), now_us + 12 * 100_000);
 }
+
+/// A caller that gives up while its request's store call is in flight
+/// (Envoy's filter does at its timeout) may have held its lease's claim to
+/// the next block: the claim goes with the request, and the descriptor
+/// takes blocks again. (Left behind, every later hit on the descriptor was
+/// a store call.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_in_flight_leaves_its_descriptor_leasing() {
+    use crate::lease_model::metric;
+    use crate::support::grpc::index;
+    use floodgate::{Descriptor, Limiter, LimiterOptions, ManualClock, Request};
+    use floodgate::{RedisConfig, RedisStore, StoreKind};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let redis = RedisServer::start();
+    let store = RedisStore::new(RedisConfig::single(redis.addr()));
+    store.connect().await.expect("redis reachable");
+    let rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100000, lease: true}\n";
+    let start = 1_700_000_040_000;
+    let clock = ManualClock::new(UnixMillis(start));
+    let limiter = Limiter::new(
+        Arc::new(arc_swap::ArcSwap::from_pointee(index(&[("d.yaml", rules)]))),
+        StoreKind::Redis {
+            main: store,
+            per_second: None,
+        },
+        Arc::new(clock.clone()),
+        LimiterOptions::default(),
+    );
+    let request = Request {
+        domain: "d".into(),
+        descriptors: vec![Descriptor::from_pairs([("k", "v")])],
+        hits_addend: 0,
+    };
+    let taken = || metric(&limiter, "ratelimit_lease_blocks_total{outcome=\"taken\"}");
+    // A rate to size a block by: 100 hits at once, 10 ms before the next.
+    for _ in 0..100 {
+        limiter.should_rate_limit(&request).await.unwrap();
+    }
+    assert_eq!(taken(), 0);
+    clock.set(UnixMillis(start + 10));
+    // Redis frozen: this request asks for the lease's next block, and its
+    // caller gives up before the store's own deadline.
+    redis.pause();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(30),
+        limiter.should_rate_limit(&request),
+    )
+    .await;
+    redis.resume();
+    assert!(gave_up.is_err(), "the call was to wait on the frozen Redis");
+    for _ in 0..20 {
+        limiter.should_rate_limit(&request).await.unwrap();
+    }
+    limiter.lease_step().await;
+    assert!(taken() > 0, "no block taken after the dropped request");
+}

@@ -139,7 +139,7 @@ static CASE: AtomicU64 = AtomicU64::new(0);
 static BLOCKS: AtomicU64 = AtomicU64::new(0);
 
 /// A counter of the limiter's `/metrics` text.
-fn metric(limiter: &Limiter<StoreKind>, series: &str) -> u64 {
+pub(crate) fn metric(limiter: &Limiter<StoreKind>, series: &str) -> u64 {
     let text = limiter.metrics().render(None);
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
