@@ -184,12 +184,16 @@ impl<S: Store> Limiter<S> {
                     .leases
                     .as_ref()
                     .filter(|_| hits > 0 && limits.get(base).is_some_and(|l| l.lease));
-                let admit = leases.map(|l| l.admit(op_id, spec, hits, now, &self.metrics.lease));
-                if let Some(hit) = self
+                let cached = self
                     .local_cache
                     .as_ref()
-                    .and_then(|c| c.get(op_id, spec, now))
-                {
+                    .and_then(|c| c.get(op_id, spec, now));
+                // A hit the local cache answers asks its lease nothing: no
+                // hit taken from a block, no claim on the next one to keep.
+                let admit = leases
+                    .filter(|_| cached.is_none())
+                    .map(|l| l.admit(op_id, spec, hits, now, &self.metrics.lease));
+                if let Some(hit) = cached {
                     slot.outcome = Some(hit);
                     slot.cached = true;
                 } else if let Some(Admit::Local(outcome)) = admit {

@@ -279,3 +279,75 @@ async fn a_request_dropped_in_flight_leaves_its_descriptor_leasing() {
     limiter.lease_step().await;
     assert!(taken() > 0, "no block taken after the dropped request");
 }
+
+/// A leased descriptor the local cache answers over its limit (its counter
+/// went past the limit by instances counting without a lease, or under a
+/// higher limit before a reload) asks its lease nothing: once the window
+/// turns, it takes blocks again. (Each cached answer used to claim the
+/// next block and drop the claim, and the lease never took one again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descriptor_the_local_cache_answers_keeps_leasing_after_its_window() {
+    use crate::lease_model::metric;
+    use crate::support::grpc::index;
+    use floodgate::{Descriptor, Limiter, LimiterOptions, ManualClock, Request};
+    use floodgate::{RedisConfig, RedisStore, StoreKind};
+    use std::sync::Arc;
+
+    let redis = RedisServer::start();
+    let store = RedisStore::new(RedisConfig::single(redis.addr()));
+    store.connect().await.expect("redis reachable");
+    let rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100000, lease: true}\n";
+    let start = 1_700_000_040_000;
+    let clock = ManualClock::new(UnixMillis(start));
+    let limiter = Limiter::new(
+        Arc::new(arc_swap::ArcSwap::from_pointee(index(&[("d.yaml", rules)]))),
+        StoreKind::Redis {
+            main: store,
+            per_second: None,
+        },
+        Arc::new(clock.clone()),
+        LimiterOptions {
+            local_cache_bytes: 1 << 20,
+            ..LimiterOptions::default()
+        },
+    );
+    let request = |hits: Option<u64>| {
+        let mut descriptor = Descriptor::from_pairs([("k", "v")]);
+        descriptor.hits_addend = hits;
+        Request {
+            domain: "d".into(),
+            descriptors: vec![descriptor],
+            hits_addend: 0,
+        }
+    };
+    let taken = || metric(&limiter, "ratelimit_lease_blocks_total{outcome=\"taken\"}");
+    // Counted past the limit elsewhere; a check-only call finds it over and
+    // the local cache keeps that until the window ends.
+    redis
+        .cli(&["SET", "{d|k=v}f60:1700000040", "200000", "EX", "600"])
+        .unwrap();
+    let read = limiter.should_rate_limit(&request(Some(0))).await.unwrap();
+    assert_eq!(read.overall_code, floodgate::Code::OverLimit);
+    // Hits at a rate that sizes blocks, every one answered from the cache.
+    for at in [start, start + 10, start + 20] {
+        clock.set(UnixMillis(at));
+        for _ in 0..100 {
+            let answer = limiter.should_rate_limit(&request(None)).await.unwrap();
+            assert_eq!(answer.overall_code, floodgate::Code::OverLimit);
+        }
+    }
+    // The next window: the same traffic takes blocks.
+    let next = start + 60_000;
+    for at in [next, next + 10, next + 20] {
+        clock.set(UnixMillis(at));
+        for _ in 0..100 {
+            let answer = limiter.should_rate_limit(&request(None)).await.unwrap();
+            assert_eq!(answer.overall_code, floodgate::Code::Ok);
+        }
+    }
+    limiter.lease_step().await;
+    assert!(
+        taken() > 0,
+        "no block taken in the window after the cached one"
+    );
+}
