@@ -222,6 +222,39 @@ async fn a_gcra_block_comes_back_only_while_it_is_the_top_of_its_bucket() {
     assert_eq!(tat(), now_us + 12 * 100_000);
 }
 
+/// When the limiter tests below start: in the window of
+/// `{d|k=v}f60:1700000040`.
+const START_MS: u64 = 1_700_000_040_000;
+
+/// A limiter on `redis` with one leased rule (`k`, 100,000 a minute) and a
+/// manual clock at [`START_MS`].
+async fn leased_limiter(
+    redis: &RedisServer,
+    options: floodgate::LimiterOptions,
+) -> (
+    floodgate::Limiter<floodgate::StoreKind>,
+    floodgate::ManualClock,
+) {
+    use crate::support::grpc::index;
+    use floodgate::{Limiter, ManualClock, RedisConfig, RedisStore, StoreKind};
+    use std::sync::Arc;
+
+    let store = RedisStore::new(RedisConfig::single(redis.addr()));
+    store.connect().await.expect("redis reachable");
+    let rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100000, lease: true}\n";
+    let clock = ManualClock::new(UnixMillis(START_MS));
+    let limiter = Limiter::new(
+        Arc::new(arc_swap::ArcSwap::from_pointee(index(&[("d.yaml", rules)]))),
+        StoreKind::Redis {
+            main: store,
+            per_second: None,
+        },
+        Arc::new(clock.clone()),
+        options,
+    );
+    (limiter, clock)
+}
+
 /// A caller that gives up while its request's store call is in flight
 /// (Envoy's filter does at its timeout) may have held its lease's claim to
 /// the next block: the claim goes with the request, and the descriptor
@@ -230,27 +263,12 @@ async fn a_gcra_block_comes_back_only_while_it_is_the_top_of_its_bucket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_dropped_in_flight_leaves_its_descriptor_leasing() {
     use crate::lease_model::metric;
-    use crate::support::grpc::index;
-    use floodgate::{Descriptor, Limiter, LimiterOptions, ManualClock, Request};
-    use floodgate::{RedisConfig, RedisStore, StoreKind};
-    use std::sync::Arc;
+    use floodgate::{Descriptor, LimiterOptions, Request};
     use std::time::Duration;
 
     let redis = RedisServer::start();
-    let store = RedisStore::new(RedisConfig::single(redis.addr()));
-    store.connect().await.expect("redis reachable");
-    let rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100000, lease: true}\n";
-    let start = 1_700_000_040_000;
-    let clock = ManualClock::new(UnixMillis(start));
-    let limiter = Limiter::new(
-        Arc::new(arc_swap::ArcSwap::from_pointee(index(&[("d.yaml", rules)]))),
-        StoreKind::Redis {
-            main: store,
-            per_second: None,
-        },
-        Arc::new(clock.clone()),
-        LimiterOptions::default(),
-    );
+    let (limiter, clock) = leased_limiter(&redis, LimiterOptions::default()).await;
+    let start = START_MS;
     let request = Request {
         domain: "d".into(),
         descriptors: vec![Descriptor::from_pairs([("k", "v")])],
@@ -288,29 +306,15 @@ async fn a_request_dropped_in_flight_leaves_its_descriptor_leasing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descriptor_the_local_cache_answers_keeps_leasing_after_its_window() {
     use crate::lease_model::metric;
-    use crate::support::grpc::index;
-    use floodgate::{Descriptor, Limiter, LimiterOptions, ManualClock, Request};
-    use floodgate::{RedisConfig, RedisStore, StoreKind};
-    use std::sync::Arc;
+    use floodgate::{Descriptor, LimiterOptions, Request};
 
     let redis = RedisServer::start();
-    let store = RedisStore::new(RedisConfig::single(redis.addr()));
-    store.connect().await.expect("redis reachable");
-    let rules = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100000, lease: true}\n";
-    let start = 1_700_000_040_000;
-    let clock = ManualClock::new(UnixMillis(start));
-    let limiter = Limiter::new(
-        Arc::new(arc_swap::ArcSwap::from_pointee(index(&[("d.yaml", rules)]))),
-        StoreKind::Redis {
-            main: store,
-            per_second: None,
-        },
-        Arc::new(clock.clone()),
-        LimiterOptions {
-            local_cache_bytes: 1 << 20,
-            ..LimiterOptions::default()
-        },
-    );
+    let options = LimiterOptions {
+        local_cache_bytes: 1 << 20,
+        ..LimiterOptions::default()
+    };
+    let (limiter, clock) = leased_limiter(&redis, options).await;
+    let start = START_MS;
     let request = |hits: Option<u64>| {
         let mut descriptor = Descriptor::from_pairs([("k", "v")]);
         descriptor.hits_addend = hits;
