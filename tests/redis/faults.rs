@@ -333,22 +333,28 @@ async fn a_frozen_cluster_master_holds_up_only_its_own_slots() {
     a_dead_master_fails_only_its_own_slots(Down::Frozen).await;
 }
 
-/// Whether no call that started after the first correct answer (from the
-/// call numbered `since` on) failed: the ones that did, if any.
-fn failed_after_first_ok(calls: &[(String, Call)], since: u64) -> (Option<Call>, Vec<Call>) {
+/// Asserts that some call from the one numbered `since` on was answered
+/// correctly, and that no call started after the first such answer failed;
+/// `after` names that first answer in the failure message.
+fn assert_none_failed_after_first_ok(calls: &[(String, Call)], since: u64, after: &str) {
     let first_ok = calls
         .iter()
         .map(|(_, c)| *c)
         .filter(|c| c.ok && c.started >= since)
         .min_by_key(|c| c.ended);
-    let failed = first_ok.map_or_else(Vec::new, |first| {
-        calls
-            .iter()
-            .map(|(_, c)| *c)
-            .filter(|c| !c.ok && c.started > first.ended)
-            .collect()
-    });
-    (first_ok, failed)
+    let Some(first) = first_ok else {
+        panic!("no call from {since} on was answered correctly");
+    };
+    let failed: Vec<Call> = calls
+        .iter()
+        .map(|(_, c)| *c)
+        .filter(|c| !c.ok && c.started > first.ended)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} calls failed after {after}: {failed:?}",
+        failed.len()
+    );
 }
 
 /// Checks that `node`, restarted empty, counts each of `values` once for
@@ -445,13 +451,7 @@ async fn after_a_redis_restart_no_call_fails_once_one_is_answered() {
     .await;
     let calls = load.stop().await;
 
-    let (first_ok, failed) = failed_after_first_ok(&calls, up_from);
-    assert!(first_ok.is_some());
-    assert!(
-        failed.is_empty(),
-        "{} calls failed after the first correct answer: {failed:?}",
-        failed.len()
-    );
+    assert_none_failed_after_first_ok(&calls, up_from, "the first correct answer");
     // Every call answered after the restart counted once on the new
     // server (it started empty).
     let values = ["r0", "r1", "r2", "r3"].map(String::from);
@@ -528,12 +528,10 @@ async fn after_a_cluster_master_restart_no_call_fails_once_one_is_answered() {
         .filter(|(v, _)| on[victim].contains(v))
         .cloned()
         .collect();
-    let (first_ok, failed) = failed_after_first_ok(&theirs, up_from);
-    assert!(first_ok.is_some());
-    assert!(
-        failed.is_empty(),
-        "{} calls on the restarted shard failed after its first correct answer: {failed:?}",
-        failed.len()
+    assert_none_failed_after_first_ok(
+        &theirs,
+        up_from,
+        "the restarted shard's first correct answer",
     );
     // It started empty: each call answered after the restart counted once.
     assert_counted_since_restart(&theirs, &on[victim], restart_from, &cluster.nodes[victim]);
@@ -583,13 +581,7 @@ async fn a_demoted_master_behind_a_repointed_address_is_left_for_the_new_one() {
         switched_at.elapsed().as_millis()
     );
     let calls = load.stop().await;
-    let (first_ok, failed) = failed_after_first_ok(&calls, switched_from);
-    assert!(first_ok.is_some());
-    assert!(
-        failed.is_empty(),
-        "{} calls failed after the new master's first answer: {failed:?}",
-        failed.len()
-    );
+    assert_none_failed_after_first_ok(&calls, switched_from, "the new master's first answer");
     // Answered after the switch: counted on the new master, once each.
     for i in 0..3 {
         let value = format!("d{i}");
@@ -658,13 +650,7 @@ async fn after_a_sentinel_failover_no_call_fails_once_the_new_master_answers() {
         "calls never reached the new master"
     );
     let calls = load.stop().await;
-    let (first_ok, failed) = failed_after_first_ok(&calls, switched_from);
-    assert!(first_ok.is_some());
-    assert!(
-        failed.is_empty(),
-        "{} calls failed after the new master's first answer: {failed:?}",
-        failed.len()
-    );
+    assert_none_failed_after_first_ok(&calls, switched_from, "the new master's first answer");
     server.shutdown().await;
     drop((sentinel, old, new));
 }
