@@ -110,7 +110,6 @@ impl MemcacheStore {
     ) -> Result<Vec<Outcome>, StoreError> {
         let servers = self.inner.servers.load_full();
         let planned = self.plan(&batch.ops, now, servers.len())?;
-        let refuse = |op: &Op| batch.refuses(op);
         let max_idle = self.inner.config.max_idle_conns;
         let tls = self.inner.tls.as_ref();
         let counts = self
@@ -132,7 +131,7 @@ impl MemcacheStore {
                         // Refused on its own: the hits come straight back
                         // out (the count stays as it was for the others).
                         let refused = matches!(op.spec, Spec::FixedWindow { limit, .. } if after > limit)
-                            && refuse(op)
+                            && batch.refuses(op)
                             && op.hits > 0;
                         if refused {
                             conn.decrement(key, op.hits).await?;

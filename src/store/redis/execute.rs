@@ -29,17 +29,15 @@ impl RedisStore {
         // Undos only when a refused batch is taken back (an empty vector
         // allocates nothing).
         let mut undos: Vec<Option<Undo>> = Vec::new();
-        // Candidate (shadow) limits have no undo: they are not taken back.
-        let refuse_over = |op: &Op| batch.refuses(op);
         let ops = batch
             .ops
             .iter()
             .map(|op| {
-                let (cmd, undo) = self.call(op, now, refuse_over(op));
+                let (cmd, undo) = self.call(op, now, batch.refuses(op));
                 if batch.stop_when_over {
                     undos.push(undo);
                 }
-                let algorithm = algorithm_number(op, refuse_over(op));
+                let algorithm = algorithm_number(op, batch.refuses(op));
                 LaneOp {
                     algorithm,
                     reply_len: reply_len(op, algorithm),
@@ -65,7 +63,7 @@ impl RedisStore {
         let mut rest = replies.as_slice();
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.ops.len());
         for op in &batch.ops {
-            let algorithm = algorithm_number(op, refuse_over(op));
+            let algorithm = algorithm_number(op, batch.refuses(op));
             let (reply, tail) = rest
                 .split_at_checked(reply_len(op, algorithm))
                 .ok_or_else(|| bad_reply(format!("{} integers cut short", replies.len())))?;

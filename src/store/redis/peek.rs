@@ -10,7 +10,7 @@ use super::reply::{bad_reply, outcome};
 use super::{RedisStore, scripts};
 use crate::algorithm::Outcome;
 use crate::clock::UnixMillis;
-use crate::store::{Batch, Op, StoreError};
+use crate::store::{Batch, StoreError};
 use redis::RedisResult;
 
 impl RedisStore {
@@ -23,13 +23,12 @@ impl RedisStore {
     ) -> Result<Vec<Outcome>, StoreError> {
         let call = async {
             let connection = self.connection().await;
-            let refuse_over = |op: &Op| batch.refuses(op);
             let cmds: Vec<redis::Cmd> = batch
                 .ops
                 .iter()
                 .map(|op| {
-                    let algorithm = algorithm_number(op, refuse_over(op));
-                    peek_cmd(algorithm, &self.call(op, now, refuse_over(op)).0)
+                    let algorithm = algorithm_number(op, batch.refuses(op));
+                    peek_cmd(algorithm, &self.call(op, now, batch.refuses(op)).0)
                 })
                 .collect();
             let replies = execute(&connection, cmds).await?;
@@ -44,7 +43,7 @@ impl RedisStore {
                 .ops
                 .iter()
                 .zip(&replies)
-                .map(|(op, reply)| outcome(op, algorithm_number(op, refuse_over(op)), reply, now))
+                .map(|(op, reply)| outcome(op, algorithm_number(op, batch.refuses(op)), reply, now))
                 .collect::<RedisResult<Vec<Outcome>>>()
         };
         match tokio::time::timeout(self.inner.config.timeout, call).await {
