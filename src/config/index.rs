@@ -33,6 +33,11 @@ pub(crate) use super::rule::Metadata;
 pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule, SlotKeys};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
+
+/// The maps of the index hold names and values from rule files, looked up
+/// with a caller's strings on every request: a fast keyed hash (callers add
+/// nothing to them, so none can grow a probe chain).
+type FastHash = foldhash::fast::RandomState;
 use std::sync::Arc;
 
 /// Shared, atomically swappable rule index: reloads store a new `Arc<Index>`
@@ -225,7 +230,7 @@ pub(crate) struct KeyNodes {
     /// Nodes by configured value. Wildcard nodes are here too: the reference
     /// looks up the literal `key_value` first, so a request value equal to a
     /// pattern's text picks that node even if an earlier pattern matches.
-    exact: HashMap<Box<str>, usize>,
+    exact: HashMap<Box<str>, usize, FastHash>,
     /// Wildcard nodes in config order.
     wildcards: Vec<(Pattern, usize)>,
     /// The key-only node.
@@ -235,7 +240,7 @@ pub(crate) struct KeyNodes {
 /// One level of the tree: nodes grouped by key.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Level {
-    keys: HashMap<Box<str>, KeyNodes>,
+    keys: HashMap<Box<str>, KeyNodes, FastHash>,
 }
 
 impl Level {
@@ -299,7 +304,7 @@ pub struct Index {
     /// Domains sorted by name.
     domains: Vec<DomainIndex>,
     /// Position in `domains` by name.
-    by_name: HashMap<Box<str>, usize>,
+    by_name: HashMap<Box<str>, usize, FastHash>,
     /// The distinct `slot_key` / `release_key` pairs of concurrency limits:
     /// the entries a descriptor may carry after its rule's own.
     slot_keys: Vec<SlotKeys>,

@@ -38,7 +38,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use rings::{DomainTop, Slot};
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 /// Counters per summary.
@@ -150,7 +150,7 @@ pub struct TopItem {
 /// HTTP views (which read).
 #[derive(Debug)]
 pub struct TopRecorder {
-    hasher: RandomState,
+    hasher: foldhash::quality::RandomState,
     /// Read on every request without a shared write (no lock, no
     /// reference count); replaced whole when a domain is added.
     domains: ArcSwap<Domains>,
@@ -158,11 +158,10 @@ pub struct TopRecorder {
     adding: Mutex<()>,
 }
 
-/// FNV-1a for the domain map, looked up on every request: domains are at
-/// most [`MAX_DOMAINS`] names from rule files, so a caller's domain probes
-/// at most that many entries whatever it hashes to, and no keyed (slower)
-/// hash is needed there.
-type Domains = HashMap<Box<str>, Arc<Shards>, fnv::FnvBuildHasher>;
+/// The domain map, looked up on every request: domains are at most
+/// [`MAX_DOMAINS`] names from rule files, so a caller's domain probes at
+/// most that many entries whatever it hashes to; a fast hash suffices.
+type Domains = HashMap<Box<str>, Arc<Shards>, foldhash::fast::RandomState>;
 
 /// One domain's rings, one set per shard (built on first use), each
 /// shard's lock on a cache line of its own: threads locking their own
@@ -172,7 +171,7 @@ type Shards = [CachePadded<Mutex<Option<Box<DomainTop>>>>];
 impl Default for TopRecorder {
     fn default() -> Self {
         Self {
-            hasher: RandomState::new(),
+            hasher: foldhash::quality::RandomState::default(),
             domains: ArcSwap::from_pointee(Domains::default()),
             adding: Mutex::new(()),
         }
@@ -182,7 +181,8 @@ impl Default for TopRecorder {
 impl TopRecorder {
     /// The keyed hash of a descriptor's entries: descriptors with equal
     /// entries share an item. Two different descriptors collide with
-    /// probability about 2^-64 per pair (the key is random per process).
+    /// probability about 2^-64 per pair (foldhash's quality hash, seeded at
+    /// random per process).
     pub fn hash(&self, entries: &[Entry]) -> u64 {
         let mut hasher = self.hasher.build_hasher();
         for entry in entries {

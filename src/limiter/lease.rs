@@ -107,15 +107,19 @@ impl Drop for Claims {
     }
 }
 
+/// Callers choose the descriptors: a keyed hash, and a fast one (looked
+/// up on every leased hit).
+type LeaseHash = foldhash::fast::RandomState;
+
 /// The leases of the descriptors of one shard: per counter, one per
 /// leased operation.
-type Shard = RwLock<HashMap<CounterId, Vec<Arc<Lease>>, fnv::FnvBuildHasher>>;
+type Shard = RwLock<HashMap<CounterId, Vec<Arc<Lease>>, LeaseHash>>;
 
 /// Every lease of one limiter.
 #[derive(Debug)]
 pub(super) struct Leases {
     shards: [Shard; SHARDS],
-    hasher: fnv::FnvBuildHasher,
+    hasher: LeaseHash,
     count: AtomicUsize,
     /// Leases whose block runs low: fetched by the next [`Leases::step`].
     refills: Mutex<Vec<Arc<Lease>>>,
@@ -130,7 +134,7 @@ impl Default for Leases {
     fn default() -> Self {
         Self {
             shards: std::array::from_fn(|_| RwLock::default()),
-            hasher: fnv::FnvBuildHasher::default(),
+            hasher: LeaseHash::default(),
             count: AtomicUsize::new(0),
             refills: Mutex::default(),
             lapsed: Mutex::default(),
@@ -142,7 +146,7 @@ impl Default for Leases {
 
 /// The lease of `id`'s operation `spec` in its shard's map, if any.
 fn find<'m>(
-    map: &'m HashMap<CounterId, Vec<Arc<Lease>>, fnv::FnvBuildHasher>,
+    map: &'m HashMap<CounterId, Vec<Arc<Lease>>, LeaseHash>,
     id: &CounterId,
     spec: Spec,
 ) -> Option<&'m Arc<Lease>> {

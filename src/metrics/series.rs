@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The series of one kind, by name.
-pub(crate) type Map<V> = HashMap<String, Arc<V>>;
+/// A fast keyed hash: the names are looked up on every request, and a
+/// caller cannot add past the series cap.
+pub(crate) type Map<V> = HashMap<String, Arc<V>, foldhash::fast::RandomState>;
 
 /// Series by name; see the module.
 #[derive(Debug)]
@@ -22,7 +24,7 @@ pub(crate) struct Series<V> {
 impl<V> Default for Series<V> {
     fn default() -> Self {
         Self {
-            map: ArcSwap::from_pointee(HashMap::new()),
+            map: ArcSwap::from_pointee(HashMap::default()),
             adding: Mutex::new(()),
         }
     }

@@ -16,6 +16,7 @@ use crate::proto::envoy::r#type::v3::RateLimitUnit;
 use crate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
+use tonic::metadata::{Ascii, MetadataKey};
 use tracing::{Span, field, instrument};
 
 /// The RLS service handed to tonic.
@@ -24,6 +25,9 @@ pub(crate) struct RlsService {
     limiter: Arc<Limiter<StoreKind>>,
     /// `TRACING_ENABLED`: spans of calls; `None` costs one branch a call.
     tracer: Option<RequestTracer>,
+    /// `grpc-timeout`, parsed once: a name given as text is parsed and
+    /// checked on every lookup.
+    timeout_key: MetadataKey<Ascii>,
 }
 
 impl RlsService {
@@ -31,6 +35,7 @@ impl RlsService {
         Self {
             limiter,
             tracer: None,
+            timeout_key: MetadataKey::from_static("grpc-timeout"),
         }
     }
 
@@ -73,7 +78,7 @@ impl RateLimitService for RlsService {
         let span = self.start_span(&request);
         let deadline = request
             .metadata()
-            .get("grpc-timeout")
+            .get(&self.timeout_key)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_grpc_timeout)
             .map(store_deadline);
@@ -95,7 +100,11 @@ impl RateLimitService for RlsService {
         };
         match decision {
             Ok(response) => {
-                Span::current().record("rl.code", field::debug(response.overall_code));
+                // Only when the span is kept: finding the current span
+                // costs the dispatcher a lookup on every call.
+                if tracing::enabled!(tracing::Level::DEBUG) {
+                    Span::current().record("rl.code", field::debug(response.overall_code));
+                }
                 if let Some(span) = &span {
                     span.end_ok(code_name(response.overall_code));
                 }
@@ -120,12 +129,14 @@ impl RateLimitService for RlsService {
 pub(crate) fn undecodable_is_invalid_argument(
     mut response: tonic::codegen::http::Response<tonic::body::Body>,
 ) -> tonic::codegen::http::Response<tonic::body::Body> {
-    use tonic::codegen::http::HeaderValue;
-    let status = response.headers().get("grpc-status");
+    use tonic::codegen::http::{HeaderName, HeaderValue};
+    // A name given as text is parsed on every lookup.
+    static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+    let status = response.headers().get(&GRPC_STATUS);
     if status.is_some_and(|s| s == "13" || s == "11") {
         response
             .headers_mut()
-            .insert("grpc-status", HeaderValue::from_static("3"));
+            .insert(&GRPC_STATUS, HeaderValue::from_static("3"));
     }
     response
 }

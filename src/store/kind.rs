@@ -172,6 +172,10 @@ impl Store for StoreKind {
         matches!(self, Self::Redis { .. })
     }
 
+    fn in_process(&self) -> bool {
+        matches!(self, Self::Memory(_))
+    }
+
     async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {
         match self {
             Self::Memory(_) | Self::Memcache(_) => Ok(Vec::new()),

@@ -305,6 +305,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether a batch is answered in this process, with no round trip to
+    /// time (the embedded store).
+    fn in_process(&self) -> bool {
+        false
+    }
+
     /// Gives back the unused hits of leases' blocks, each to the window or
     /// bucket it was taken from (a counter that has expired since is left
     /// alone, never recreated). Returns the blocks the store kept: a GCRA

@@ -546,6 +546,10 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
+    fn in_process(&self) -> bool {
+        true
+    }
+
     /// Answers at once: no deadline to keep.
     async fn execute_within(
         &self,
