@@ -198,6 +198,7 @@ impl<S: Store> Limiter<S> {
                         cached: false,
                         candidate: is_candidate(limits, base),
                         hits,
+                        sent: false,
                     });
                     continue;
                 }
@@ -217,6 +218,7 @@ impl<S: Store> Limiter<S> {
                     cached: cached.is_some(),
                     candidate: is_candidate(limits, base),
                     hits,
+                    sent: cached.is_none(),
                 });
             }
             for (at, limit) in limits.iter().enumerate() {

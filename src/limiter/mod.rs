@@ -154,7 +154,6 @@ impl<S: Store> Limiter<S> {
 
         let request_hits = u64::from(request.hits_addend.max(1));
         let mut slots: Vec<Pending> = Vec::with_capacity(plans.len());
-        let mut sent: Vec<usize> = Vec::with_capacity(plans.len());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         // Leased operations sent to the store (batch position, lease) and
         // hits admitted from blocks (slot, identity, spec: to put back if
@@ -177,6 +176,7 @@ impl<S: Store> Limiter<S> {
                     cached: false,
                     candidate: candidate.is_some(),
                     hits,
+                    sent: false,
                 };
                 let op_id = candidate.as_ref().unwrap_or(&id);
                 // A check-only call (hits 0) reads the store exactly.
@@ -202,7 +202,7 @@ impl<S: Store> Limiter<S> {
                         locals.push((slots.len(), op_id.clone(), spec));
                     }
                 } else {
-                    sent.push(slots.len());
+                    slot.sent = true;
                     let lease = match admit {
                         Some(Admit::Store { lease, want }) => {
                             deposits.push(batch.ops.len(), lease, want);
@@ -268,22 +268,20 @@ impl<S: Store> Limiter<S> {
                             None => Leases::release(lease, want),
                         });
                     }
-                    for (&s, outcome) in sent.iter().zip(results) {
-                        if let Some(slot) = slots.get_mut(s) {
-                            slot.outcome = Some(outcome);
-                        }
+                    for (slot, outcome) in slots.iter_mut().filter(|s| s.sent).zip(results) {
+                        slot.outcome = Some(outcome);
                     }
                     if let Some(cache) = &self.local_cache {
-                        for (&s, (id, spec, hits)) in sent.iter().zip(&cached_ids) {
+                        let sent = slots.iter().filter(|s| s.sent);
+                        for (slot, (id, spec, hits)) in sent.zip(&cached_ids) {
                             // Only a counter really over its limit is
                             // cached: one that counted the hits, or a read
                             // of one already over. A refusal that counted
                             // nothing (stop-increment) leaves the counter
                             // below the limit, so later smaller requests
                             // must still be asked.
-                            if slots
-                                .get(s)
-                                .and_then(|slot| slot.outcome)
+                            if slot
+                                .outcome
                                 .is_some_and(|o| o.over_limit && (o.counted || *hits == 0))
                             {
                                 cache.insert(id, *spec, now);
@@ -310,10 +308,7 @@ impl<S: Store> Limiter<S> {
                         FailureMode::Deny => true,
                     };
                     self.metrics.record_store_error(true);
-                    for &s in &sent {
-                        let Some(slot) = slots.get_mut(s) else {
-                            continue;
-                        };
+                    for slot in slots.iter_mut().filter(|s| s.sent) {
                         if let Some(Plan::Limited { limits, .. }) = plans.get(slot.plan) {
                             // The slot's base limit, or the last one.
                             if let Some(limit) = limits.get(slot.base).or(limits.last()) {

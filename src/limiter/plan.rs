@@ -83,6 +83,9 @@ pub(super) struct Pending {
     /// A shadow (candidate) limit's operation.
     pub(super) candidate: bool,
     pub(super) hits: u64,
+    /// Asked the store: the batch's operations are the slots with this
+    /// set, in order (no list of positions allocated per request).
+    pub(super) sent: bool,
 }
 
 impl<S: Store> Limiter<S> {

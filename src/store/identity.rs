@@ -126,16 +126,28 @@ impl fmt::Display for CounterId {
     }
 }
 
+/// Writes `part` with `%`, `{`, `}`, `|` and `=` as `%XX`. Every escaped
+/// character is one ASCII byte, so a byte scan finds them and the text
+/// between is copied whole (a request's values rarely hold any).
 fn escape_into(out: &mut String, part: &str) {
-    for c in part.chars() {
-        match c {
-            '%' | '{' | '}' | '|' | '=' => {
-                // Infallible: writing to a String cannot fail.
-                let _ = write!(out, "%{:02X}", u32::from(c));
-            }
-            _ => out.push(c),
+    let mut rest = part;
+    while let Some(at) = rest
+        .bytes()
+        .position(|b| matches!(b, b'%' | b'{' | b'}' | b'|' | b'='))
+    {
+        // At an ASCII byte: always a character boundary.
+        let Some((plain, tail)) = rest.split_at_checked(at) else {
+            break;
+        };
+        out.push_str(plain);
+        let mut chars = tail.chars();
+        if let Some(c) = chars.next() {
+            // Infallible: writing to a String cannot fail.
+            let _ = write!(out, "%{:02X}", u32::from(c));
         }
+        rest = chars.as_str();
     }
+    out.push_str(rest);
 }
 
 #[cfg(test)]
