@@ -8,7 +8,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
@@ -19,6 +19,11 @@ use tonic::transport::server::Connected;
 pub(crate) struct Aged<IO> {
     io: IO,
     deadline: Option<Pin<Box<Sleep>>>,
+    /// The task the deadline wakes: while reads and writes come from it,
+    /// the timer is only looked at, not polled (a poll registers the waker
+    /// again and spends the task's cooperative budget, on every read and
+    /// write of every call).
+    waker: Option<Waker>,
 }
 
 impl<IO> Aged<IO> {
@@ -28,6 +33,7 @@ impl<IO> Aged<IO> {
             io,
             deadline: lifetime
                 .map(|lifetime| Box::pin(tokio::time::sleep_until(Instant::now() + lifetime))),
+            waker: None,
         }
     }
 
@@ -35,7 +41,17 @@ impl<IO> Aged<IO> {
     /// it otherwise, so an idle connection is closed on time too).
     fn expired(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
         let deadline = self.deadline.as_mut()?;
-        deadline.as_mut().poll(cx).is_ready().then(|| {
+        let registered = self
+            .waker
+            .as_ref()
+            .is_some_and(|waker| waker.will_wake(cx.waker()));
+        let passed = if registered {
+            deadline.is_elapsed()
+        } else {
+            self.waker = Some(cx.waker().clone());
+            deadline.as_mut().poll(cx).is_ready()
+        };
+        passed.then(|| {
             io::Error::new(
                 io::ErrorKind::TimedOut,
                 "connection older than its age and grace",
