@@ -11,6 +11,7 @@ mod candidates;
 mod explain_predicts;
 mod headers;
 mod store_failure;
+mod store_timing;
 
 const RULES: &str = r"
 domain: d
@@ -436,20 +437,4 @@ async fn lease_on_the_embedded_store_changes_nothing() {
     let explained = l.explain(&request(vec![one("leased", "a")])).await.unwrap();
     assert_eq!(explained.descriptors[0].windows[0].count, 5);
     assert_eq!(explained.descriptors[0].windows[0].lease, None);
-}
-
-#[tokio::test]
-async fn embedded_store_calls_are_counted_with_no_time() {
-    let (l, _) = limiter();
-    ask(&l, vec![one("k20", "x")]).await;
-    ask(&l, vec![one("k8", "y")]).await;
-    let text = l.metrics().render(None);
-    assert!(
-        text.contains("ratelimit_store_round_trip_seconds_count 2\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("ratelimit_store_round_trip_seconds_sum 0\n"),
-        "{text}"
-    );
 }
