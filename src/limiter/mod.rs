@@ -141,8 +141,17 @@ impl<S: Store> Limiter<S> {
         deadline: Option<Duration>,
     ) -> Result<Response, LimitError> {
         self.options.bounds.check(request)?;
-        // A guard, not a clone: no shared reference count per request.
-        let index = self.rules.load();
+        // In process, a guard: no shared reference count per request. A
+        // request that may wait on a remote store holds a reference
+        // instead: a thread has 8 fast guards, and hundreds of requests in
+        // flight holding them across the wait would send every other load
+        // on the thread (metrics, top lists, the connection) down
+        // arc-swap's slow path.
+        let index = if self.store.in_process() {
+            self.rules.load()
+        } else {
+            arc_swap::Guard::from_inner(self.rules.load_full())
+        };
         let now = self.clock.now();
 
         let mut plans: Vec<Plan<'_>> = request
