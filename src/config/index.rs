@@ -308,6 +308,8 @@ pub struct Index {
     /// The distinct `slot_key` / `release_key` pairs of concurrency limits:
     /// the entries a descriptor may carry after its rule's own.
     slot_keys: Vec<SlotKeys>,
+    /// Some rule has a leased limit (`lease: true`).
+    leased: bool,
 }
 
 impl Index {
@@ -325,8 +327,10 @@ impl Index {
             .map(|(at, domain)| (domain.name.as_str().into(), at))
             .collect();
         let mut slot_keys: Vec<SlotKeys> = Vec::new();
+        let mut leased = false;
         for rule in domains.iter().flat_map(|domain| domain.rules.iter()) {
             if let Policy::Limited(limits) = &rule.policy {
+                leased |= limits.iter().any(|l| l.lease);
                 for keys in limits.iter().filter_map(|l| l.slot.as_ref()) {
                     if !slot_keys.contains(keys) {
                         slot_keys.push(keys.clone());
@@ -338,7 +342,13 @@ impl Index {
             domains,
             by_name,
             slot_keys,
+            leased,
         }
+    }
+
+    /// Whether some rule has a leased limit (`lease: true`).
+    pub(crate) fn has_leases(&self) -> bool {
+        self.leased
     }
 
     /// The `slot_key` / `release_key` pairs of the concurrency limits.

@@ -381,3 +381,15 @@ proptest! {
         let _ = compiled.matches(&value);
     }
 }
+
+#[test]
+fn an_index_knows_whether_any_rule_is_leased() {
+    let plain = index(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+    );
+    assert!(!plain.has_leases());
+    let leased = index(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: minute, requests_per_unit: 64, lease: true}\n",
+    );
+    assert!(leased.has_leases());
+}
