@@ -120,8 +120,10 @@ local function run(keys, at)
     if kind == '0' then
       -- count.lua's lines, inline: most operations are this one, and each
       -- saves the three tables and the call of the general path.
+      -- INCRBY gets the argument's text: a Lua number would be printed
+      -- back to text by Redis on each call.
       local hits = tonumber(ARGV[at + 1])
-      local after = redis.call('INCRBY', keys[i], hits)
+      local after = redis.call('INCRBY', keys[i], ARGV[at + 1])
       if after == hits then
         redis.call('EXPIRE', keys[i], ARGV[at + 2])
       end

@@ -11,8 +11,9 @@
 -- knows both).
 local hits = tonumber(ARGV[1])
 -- INCRBY alone tells the count before (one command, not a GET and an
--- INCRBY).
-local after = redis.call('INCRBY', KEYS[1], hits)
+-- INCRBY). It is given ARGV[1]'s own text: a Lua number would be printed
+-- back to text (with "%.17g") by Redis on every call.
+local after = redis.call('INCRBY', KEYS[1], ARGV[1])
 if after == hits then
   -- The key is new: give it its one expiry, so no key lives forever and the
   -- expiry never drifts on later hits.

@@ -40,7 +40,7 @@ end
 -- Counting always (floodgate sends this case as count.lua's smaller form;
 -- this path stays for a caller that does not): INCRBY alone tells the
 -- count before.
-local after = redis.call('INCRBY', KEYS[1], hits)
+local after = redis.call('INCRBY', KEYS[1], ARGV[1])
 if after == hits then
   -- The key is new: give it its one expiry, so no key lives forever and the
   -- expiry never drifts on later hits.
