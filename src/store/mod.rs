@@ -133,6 +133,23 @@ pub(crate) fn taken_back(op: &Op, outcome: Outcome, now: UnixMillis) -> Outcome 
     }
 }
 
+/// The random extra expiry of a fixed window's key (Redis and memcached):
+/// `[0, max)` seconds (`EXPIRATION_JITTER_MAX_SECONDS`), and below the
+/// window's own length. Jitter spreads the expiries of keys created
+/// together (every descriptor's key at each window's start) over the
+/// next window; spread over one window length they are already even, and
+/// each further second only keeps a dead key (its window is over) in
+/// memory: with the default 300, a per-second key would live 150 times
+/// its window on average.
+pub(crate) fn expiry_jitter_secs(max: u64, window_secs: u64) -> u64 {
+    let max = max.min(window_secs);
+    if max == 0 {
+        0
+    } else {
+        rand::random_range(0..max)
+    }
+}
+
 /// Why a store could not execute a batch.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -223,7 +223,7 @@ pub(crate) const expiration_jitter_max_seconds: Var = Var {
     name: "EXPIRATION_JITTER_MAX_SECONDS",
     flag: "expiration-jitter-max-seconds",
     default: "300",
-    doc: "Random extra key expiry in [0, N) seconds",
+    doc: "Random extra key expiry in [0, N) seconds, below one window",
 };
 
 /// `local_cache_size_in_bytes`.

@@ -46,7 +46,8 @@ pub struct MemcacheConfig {
     pub timeout: Duration,
     /// `CACHE_KEY_PREFIX`, prepended to every key.
     pub key_prefix: String,
-    /// `EXPIRATION_JITTER_MAX_SECONDS`: random extra expiry in `[0, N)`.
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: random extra expiry in `[0, N)`,
+    /// and below the window's length.
     pub expiration_jitter_max_secs: u64,
     /// `MEMCACHE_TLS`: `None` is plaintext.
     pub tls: Option<MemcacheTls>,

@@ -15,19 +15,15 @@ use std::time::Duration;
 
 impl MemcacheStore {
     /// The expiry memcached is given for a window of `window_secs`: as the
-    /// reference, the whole window plus jitter; past 30 days memcached
+    /// reference, the whole window plus jitter (less than one more window,
+    /// see [`crate::store::expiry_jitter_secs`]); past 30 days memcached
     /// reads a point in time, so that is what it is given (the reference
     /// sends a year as a duration, which memcached reads as 1971: yearly
     /// counters expire at once there). The point is on the wall clock,
     /// memcached's own, whatever clock decides the windows.
     pub(super) fn expiry(&self, window_secs: u64) -> u32 {
         let max = self.inner.config.expiration_jitter_max_secs;
-        let jitter = if max == 0 {
-            0
-        } else {
-            rand::random_range(0..max)
-        };
-        let ttl = window_secs.saturating_add(jitter);
+        let ttl = window_secs.saturating_add(crate::store::expiry_jitter_secs(max, window_secs));
         let secs = if ttl > MAX_RELATIVE_EXPIRY_SECS {
             let wall = crate::clock::Clock::now(&crate::clock::SystemClock);
             wall.as_secs().saturating_add(ttl)

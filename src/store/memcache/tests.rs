@@ -43,6 +43,16 @@ async fn jitter_stays_below_its_maximum() {
         let expiry = store.expiry(60);
         assert!((60..65).contains(&expiry), "{expiry}");
     }
+    // Below one more window: a second's key gets none, a minute's less
+    // than a minute of the default 300.
+    let mut config = MemcacheConfig::servers(vec!["127.0.0.1:1".to_owned()]);
+    config.expiration_jitter_max_secs = 300;
+    let store = MemcacheStore::connect(config).await.unwrap();
+    for _ in 0..200 {
+        assert_eq!(store.expiry(1), 1);
+        let expiry = store.expiry(60);
+        assert!((60..120).contains(&expiry), "{expiry}");
+    }
 }
 
 #[test]

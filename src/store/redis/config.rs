@@ -36,8 +36,9 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// `CACHE_KEY_PREFIX`, prepended to every key.
     pub key_prefix: String,
-    /// `EXPIRATION_JITTER_MAX_SECONDS`: random extra expiry in `[0, N)`, so
-    /// keys of one window do not all expire in the same instant.
+    /// `EXPIRATION_JITTER_MAX_SECONDS`: random extra expiry of a fixed
+    /// window's key in `[0, N)`, and below the window's length, so keys of
+    /// one window do not all expire in the same instant.
     pub expiration_jitter_max_secs: u64,
     /// `REDIS_TLS` and its certificates; `None` is plaintext (unless the
     /// URL itself says `rediss://`).

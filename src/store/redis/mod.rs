@@ -300,12 +300,7 @@ impl RedisStore {
 
     fn ttl_secs(&self, window_secs: u64) -> u64 {
         let max = self.inner.config.expiration_jitter_max_secs;
-        let jitter = if max == 0 {
-            0
-        } else {
-            rand::random_range(0..max)
-        };
-        window_secs.saturating_add(jitter)
+        window_secs.saturating_add(crate::store::expiry_jitter_secs(max, window_secs))
     }
 
     /// A value unique to this call, for sliding-log members.

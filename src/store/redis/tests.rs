@@ -49,6 +49,32 @@ fn jitter_stays_below_the_maximum() {
 }
 
 #[test]
+fn jitter_stays_below_one_more_window() {
+    // The default maximum (300) is more than a second's or a minute's
+    // window: their keys live less than two windows, and still spread.
+    let mut config = RedisConfig::single("127.0.0.1:1");
+    config.expiration_jitter_max_secs = 300;
+    let store = RedisStore::new(config);
+    let seconds: std::collections::BTreeSet<u64> = (0..200).map(|_| store.ttl_secs(1)).collect();
+    assert_eq!(seconds, [1].into());
+    let minutes: Vec<u64> = (0..200).map(|_| store.ttl_secs(60)).collect();
+    assert!(minutes.iter().all(|t| (60..120).contains(t)), "{minutes:?}");
+    assert!(
+        minutes.iter().any(|&t| t != minutes[0]),
+        "no spread: {minutes:?}"
+    );
+    let hours: Vec<u64> = (0..200).map(|_| store.ttl_secs(3_600)).collect();
+    assert!(
+        hours.iter().all(|t| (3_600..3_900).contains(t)),
+        "{hours:?}"
+    );
+    assert!(
+        hours.iter().any(|&t| t >= 3_660),
+        "capped at the window: {hours:?}"
+    );
+}
+
+#[test]
 fn fixed_window_outcome_matches_memory_semantics() {
     let now = UnixMillis::from_secs(1_230);
     let op = Op {
