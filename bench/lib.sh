@@ -41,6 +41,9 @@ start_cluster() {
     CLUSTER_NODES=() CLUSTER_PIDS=()
     for n in 0 1 2; do
         p=$(low_free_port)
+        # A node config left by an earlier run in the same OUT would make
+        # the node rejoin that cluster and `--cluster create` refuse it.
+        rm -rf "${dir:?}/cluster-$n"
         mkdir -p "$dir/cluster-$n"
         taskset -c "$cpu" redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
             --cluster-enabled yes --cluster-config-file "$dir/cluster-$n/nodes.conf" \
