@@ -139,8 +139,8 @@ pub(crate) fn taken_back(op: &Op, outcome: Outcome, now: UnixMillis) -> Outcome 
 /// together (every descriptor's key at each window's start) over the
 /// next window; spread over one window length they are already even, and
 /// each further second only keeps a dead key (its window is over) in
-/// memory: with the default 300, a per-second key would live 150 times
-/// its window on average.
+/// memory: with the default 300, a per-second key would live 150.5 s
+/// on average.
 pub(crate) fn expiry_jitter_secs(max: u64, window_secs: u64) -> u64 {
     let max = max.min(window_secs);
     if max == 0 {
