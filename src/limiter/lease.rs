@@ -3,6 +3,14 @@
 //! spent for every other instance) and admits locally against it, fetching
 //! the next block in the background before this one runs out.
 //!
+//! Only the background fetch takes blocks, never a request's own store
+//! call: a caller may give up on a request (Envoy's filter does at its
+//! timeout) or its deadline may pass while Redis is slow, after Redis has
+//! counted what the call asked for. A block taken there would be held by
+//! no one until its window ends, and a slow Redis could strand one per
+//! request until the window's quota was gone. The fetch waits for Redis up
+//! to the store's own timeout whatever callers do.
+//!
 //! Why it never over-admits: every hit admitted from a block was counted
 //! in the store before it was admitted, in the window or bucket it is
 //! admitted in. So a block is usable only while that holds:
@@ -67,44 +75,11 @@ pub(super) struct Lease {
 pub(super) enum Admit {
     /// Admitted from the block held.
     Local(Outcome),
-    /// Ask the store, taking a block of up to `want` more (0 while another
-    /// take of this lease is under way: one at a time); hand the outcome
-    /// to [`Leases::deposit`] with `lease`, or the failure to
-    /// [`Leases::release`].
-    Store { lease: Arc<Lease>, want: u64 },
+    /// Ask the store for the hits alone (no block held, or too few left):
+    /// the background fetch has been asked for the next block.
+    Store,
     /// Ask the store without a block (the table is full or closed).
     Untracked,
-}
-
-/// The leases one request asks the store about: (the operation's place in
-/// the batch, its lease, the block it asked for). Each is deposited or
-/// released by the request, or released when the request is dropped with
-/// its store call in flight (a caller that gave up, as Envoy's filter does
-/// at its timeout): a claim left behind would keep its lease from ever
-/// taking a block again, every later hit on the descriptor a store call.
-/// The block such a call may still take in the store is left counted and
-/// never held: at most one block, under-admitted until its window ends.
-#[derive(Debug, Default)]
-pub(super) struct Claims(Vec<(usize, Arc<Lease>, u64)>);
-
-impl Claims {
-    /// Records that the operation at `at` asks `lease` for `want`.
-    pub(super) fn push(&mut self, at: usize, lease: Arc<Lease>, want: u64) {
-        self.0.push((at, lease, want));
-    }
-
-    /// Hands every claim to `f` (to deposit or release), leaving none.
-    pub(super) fn settle(&mut self, mut f: impl FnMut(usize, &Lease, u64)) {
-        for (at, lease, want) in self.0.drain(..) {
-            f(at, &lease, want);
-        }
-    }
-}
-
-impl Drop for Claims {
-    fn drop(&mut self) {
-        self.settle(|_, lease, want| Leases::release(lease, want));
-    }
 }
 
 /// Callers choose the descriptors: a keyed hash, and a fast one (looked
@@ -279,51 +254,31 @@ impl Leases {
         }
         let want = held.want(lease.cap);
         if held.left < hits {
-            // One take at a time per lease: the others ask for their own
-            // hits only, so an instance never holds more than one block and
-            // the one being fetched.
-            let claimed = want > 0 && !lease.refilling.swap(true, Ordering::AcqRel);
-            return Admit::Store {
-                lease: Arc::clone(lease),
-                want: if claimed { want } else { 0 },
-            };
+            // The hits go to the store alone; the background fetch takes
+            // the next block (one at a time per lease, so an instance never
+            // holds more than one block and the one being fetched).
+            drop(held);
+            self.ask_refill(lease, want);
+            return Admit::Store;
         }
         let outcome = held.admitted(held.left, hits, now);
         held.left -= hits;
         // The next block is fetched while a whole block's worth is left,
         // so it lands before this one is spent.
-        let low = held.left <= want && want > 0;
+        let low = held.left <= want;
         drop(held);
-        if low && !lease.refilling.swap(true, Ordering::AcqRel) {
-            self.refills.lock().push(Arc::clone(lease));
-            self.wake.notify_one();
+        if low {
+            self.ask_refill(lease, want);
         }
         Admit::Local(outcome)
     }
 
-    /// Keeps the block an operation that asked for `want` took at
-    /// `taken_at`, and turns its `outcome` from the store into the
-    /// caller's: the block is this instance's to admit, still remaining,
-    /// not yet counted as hits.
-    pub(super) fn deposit(
-        &self,
-        lease: &Lease,
-        want: u64,
-        outcome: &mut Outcome,
-        taken_at: UnixMillis,
-        metrics: &LeaseMetrics,
-    ) {
-        self.deposit_block(lease, outcome, taken_at, metrics);
-        Self::release(lease, want);
-        outcome.remaining = outcome.remaining.saturating_add(outcome.leased);
-        outcome.after = outcome.after.saturating_sub(outcome.leased);
-    }
-
-    /// An operation that asked for `want` ended (or failed): the next may
-    /// take.
-    pub(super) fn release(lease: &Lease, want: u64) {
-        if want > 0 {
-            lease.refilling.store(false, Ordering::Release);
+    /// Asks the background fetch for `lease`'s next block of up to `want`,
+    /// unless one is asked for or under way already.
+    fn ask_refill(&self, lease: &Arc<Lease>, want: u64) {
+        if want > 0 && !lease.refilling.swap(true, Ordering::AcqRel) {
+            self.refills.lock().push(Arc::clone(lease));
+            self.wake.notify_one();
         }
     }
 

@@ -164,10 +164,8 @@ impl<S: Store> Limiter<S> {
         let request_hits = u64::from(request.hits_addend.max(1));
         let mut slots: Vec<Pending> = Vec::with_capacity(plans.len());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
-        // Leased operations sent to the store (batch position, lease) and
-        // hits admitted from blocks (slot, identity, spec: to put back if
+        // Hits admitted from blocks (slot, identity, spec: to put back if
         // the request is refused as a whole).
-        let mut deposits = lease::Claims::default();
         let mut locals: Vec<(usize, CounterId, Spec)> = Vec::new();
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
@@ -198,7 +196,7 @@ impl<S: Store> Limiter<S> {
                     .as_ref()
                     .and_then(|c| c.get(op_id, spec, now));
                 // A hit the local cache answers asks its lease nothing: no
-                // hit taken from a block, no claim on the next one to keep.
+                // hit taken from a block, no fetch of the next one asked.
                 let admit = leases
                     .filter(|_| cached.is_none())
                     .map(|l| l.admit(op_id, spec, hits, now, &self.metrics.lease));
@@ -212,12 +210,10 @@ impl<S: Store> Limiter<S> {
                     }
                 } else {
                     slot.sent = true;
+                    // A leased operation asks for no block (the background
+                    // fetch takes them), but its refused hits count nothing.
                     let lease = match admit {
-                        Some(Admit::Store { lease, want }) => {
-                            deposits.push(batch.ops.len(), lease, want);
-                            Some(want)
-                        }
-                        Some(Admit::Untracked) => Some(0),
+                        Some(Admit::Store | Admit::Untracked) => Some(0),
                         Some(Admit::Local(_)) | None => None,
                     };
                     // The last operation of the descriptor takes the
@@ -268,15 +264,7 @@ impl<S: Store> Limiter<S> {
             self.metrics
                 .observe_store(started.map_or(Duration::ZERO, |s| s.elapsed()));
             match result {
-                Ok(mut results) => {
-                    if let Some(leases) = &self.leases {
-                        deposits.settle(|at, lease, want| match results.get_mut(at) {
-                            Some(outcome) => {
-                                leases.deposit(lease, want, outcome, now, &self.metrics.lease);
-                            }
-                            None => Leases::release(lease, want),
-                        });
-                    }
+                Ok(results) => {
                     for (slot, outcome) in slots.iter_mut().filter(|s| s.sent).zip(results) {
                         slot.outcome = Some(outcome);
                     }
@@ -299,7 +287,6 @@ impl<S: Store> Limiter<S> {
                     }
                 }
                 Err(err) => {
-                    deposits.settle(|_, lease, want| Leases::release(lease, want));
                     if let Some(suppressed) = self.failures.admit(err.kind(), now) {
                         tracing::warn!(
                             error = &err as &dyn std::error::Error,

@@ -256,14 +256,17 @@ async fn leased_limiter(
 }
 
 /// A caller that gives up while its request's store call is in flight
-/// (Envoy's filter does at its timeout) may have held its lease's claim to
-/// the next block: the claim goes with the request, and the descriptor
-/// takes blocks again. (Left behind, every later hit on the descriptor was
-/// a store call.)
+/// (Envoy's filter does at its timeout), and a request whose deadline
+/// passes while Redis is frozen, leave no block behind: requests never
+/// take blocks (the background fetch does, whatever callers do), and the
+/// descriptor keeps leasing. Once blocks are given back, Redis counts the
+/// hits admitted and at most the given-up calls' own hits. (When a request
+/// took the next block with its own hits, each such call left a block
+/// counted in Redis and held by no one until the window ended.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_dropped_in_flight_leaves_its_descriptor_leasing() {
+async fn a_request_given_up_in_flight_strands_no_block() {
     use crate::lease_model::metric;
-    use floodgate::{Descriptor, LimiterOptions, Request};
+    use floodgate::{Code, Descriptor, LimiterOptions, Request};
     use std::time::Duration;
 
     let redis = RedisServer::start();
@@ -275,13 +278,15 @@ async fn a_request_dropped_in_flight_leaves_its_descriptor_leasing() {
         hits_addend: 0,
     };
     let taken = || metric(&limiter, "ratelimit_lease_blocks_total{outcome=\"taken\"}");
+    let mut admitted = 0u64;
     // A rate to size a block by: 100 hits at once, 10 ms before the next.
     for _ in 0..100 {
-        limiter.should_rate_limit(&request).await.unwrap();
+        let answer = limiter.should_rate_limit(&request).await.unwrap();
+        admitted += u64::from(answer.overall_code == Code::Ok);
     }
     assert_eq!(taken(), 0);
     clock.set(UnixMillis(start + 10));
-    // Redis frozen: this request asks for the lease's next block, and its
+    // Redis frozen: the next hit finds no block and asks the store; its
     // caller gives up before the store's own deadline.
     redis.pause();
     let gave_up = tokio::time::timeout(
@@ -289,13 +294,39 @@ async fn a_request_dropped_in_flight_leaves_its_descriptor_leasing() {
         limiter.should_rate_limit(&request),
     )
     .await;
-    redis.resume();
     assert!(gave_up.is_err(), "the call was to wait on the frozen Redis");
-    for _ in 0..20 {
-        limiter.should_rate_limit(&request).await.unwrap();
-    }
+    // And one whose own deadline passes first.
+    let late = limiter
+        .should_rate_limit_within(&request, Some(Duration::from_millis(20)))
+        .await;
+    assert!(late.is_err(), "answered past its deadline: {late:?}");
+    redis.resume();
+    // The background fetch takes the block the two asked for.
     limiter.lease_step().await;
-    assert!(taken() > 0, "no block taken after the dropped request");
+    assert!(taken() > 0, "no block taken after the given-up requests");
+    for _ in 0..20 {
+        let answer = limiter.should_rate_limit(&request).await.unwrap();
+        admitted += u64::from(answer.overall_code == Code::Ok);
+    }
+    assert_eq!(admitted, 120);
+    limiter.give_back_leases().await;
+    assert_eq!(
+        metric(
+            &limiter,
+            "ratelimit_lease_blocks_total{outcome=\"stranded\"}"
+        ),
+        0
+    );
+    let counted: u64 = redis
+        .cli(&["GET", "{d|k=v}f60:1700000040"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (admitted..=admitted + 2).contains(&counted),
+        "Redis counts {counted} for {admitted} hits admitted and 2 given up"
+    );
 }
 
 /// A leased descriptor the local cache answers over its limit (its counter
