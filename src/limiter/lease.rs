@@ -75,11 +75,10 @@ pub(super) struct Lease {
 pub(super) enum Admit {
     /// Admitted from the block held.
     Local(Outcome),
-    /// Ask the store for the hits alone (no block held, or too few left):
-    /// the background fetch has been asked for the next block.
+    /// Ask the store for the hits alone: too few left in the block held
+    /// (the background fetch is asked for the next), or the table is full
+    /// or closed.
     Store,
-    /// Ask the store without a block (the table is full or closed).
-    Untracked,
 }
 
 /// Callers choose the descriptors: a keyed hash, and a fast one (looked
@@ -208,7 +207,7 @@ impl Leases {
         metrics: &LeaseMetrics,
     ) -> Admit {
         if self.closed.load(Ordering::Relaxed) {
-            return Admit::Untracked;
+            return Admit::Store;
         }
         {
             let shard = self.shard(id).read();
@@ -217,7 +216,7 @@ impl Leases {
             }
         }
         if self.count.load(Ordering::Relaxed) >= MAX_LEASES {
-            return Admit::Untracked;
+            return Admit::Store;
         }
         let mut shard = self.shard(id).write();
         let all = shard.entry(id.clone()).or_default();

@@ -213,7 +213,7 @@ impl<S: Store> Limiter<S> {
                     // A leased operation asks for no block (the background
                     // fetch takes them), but its refused hits count nothing.
                     let lease = match admit {
-                        Some(Admit::Store | Admit::Untracked) => Some(0),
+                        Some(Admit::Store) => Some(0),
                         Some(Admit::Local(_)) | None => None,
                     };
                     // The last operation of the descriptor takes the
