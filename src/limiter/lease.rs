@@ -34,13 +34,13 @@
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::metrics::lease::{Fate, LeaseMetrics};
-use crate::store::{CounterId, Unused};
+use crate::store::{CounterId, Fetch, Unused};
 use held::Held;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 mod held;
 mod step;
@@ -102,6 +102,10 @@ pub(super) struct Leases {
     /// Woken when a refill is asked for.
     pub(super) wake: tokio::sync::Notify,
     closed: AtomicBool,
+    /// Fetches that failed, to settle ([`crate::store::Store::settle`]).
+    unsettled: Mutex<Vec<Fetch>>,
+    /// Each fetch's token: unique to it among every instance's.
+    tokens: (std::hash::RandomState, AtomicU64),
 }
 
 impl Default for Leases {
@@ -114,6 +118,8 @@ impl Default for Leases {
             lapsed: Mutex::default(),
             wake: tokio::sync::Notify::new(),
             closed: AtomicBool::new(false),
+            unsettled: Mutex::default(),
+            tokens: (std::hash::RandomState::new(), AtomicU64::new(0)),
         }
     }
 }

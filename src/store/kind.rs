@@ -3,7 +3,7 @@
 
 use super::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 use super::{
-    Batch, CounterId, MemcacheStore, MemoryStore, Op, RedisStore, Store, StoreError, Unused,
+    Batch, CounterId, Fetch, MemcacheStore, MemoryStore, Op, RedisStore, Store, StoreError, Unused,
 };
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
@@ -174,6 +174,58 @@ impl Store for StoreKind {
 
     fn in_process(&self) -> bool {
         matches!(self, Self::Memory(_))
+    }
+
+    async fn fetch(&self, fetches: &[Fetch]) -> Result<Vec<Outcome>, StoreError> {
+        match self {
+            Self::Memory(_) | Self::Memcache(_) => {
+                let (batch, now) = Fetch::batch(fetches);
+                self.execute(batch, now).await
+            }
+            Self::Redis {
+                main,
+                per_second: None,
+            } => main.fetch(fetches).await,
+            Self::Redis {
+                main,
+                per_second: Some(second),
+            } => {
+                // Each fetch to its limit's store, the outcomes put back in
+                // order (as `split_per_second`).
+                let order: Vec<bool> = fetches.iter().map(|f| is_one_second(&f.op.spec)).collect();
+                let (fast, slow): (Vec<Fetch>, Vec<Fetch>) = fetches
+                    .iter()
+                    .cloned()
+                    .partition(|f| is_one_second(&f.op.spec));
+                let (fast, slow) = tokio::try_join!(second.fetch(&fast), main.fetch(&slow))?;
+                let (mut fast, mut slow) = (fast.into_iter(), slow.into_iter());
+                Ok(order
+                    .into_iter()
+                    .filter_map(|is_second| if is_second { fast.next() } else { slow.next() })
+                    .collect())
+            }
+        }
+    }
+
+    async fn settle(&self, fetches: Vec<Fetch>) -> Result<Vec<(Fetch, Outcome)>, StoreError> {
+        match self {
+            Self::Memory(_) | Self::Memcache(_) => Ok(Vec::new()),
+            Self::Redis {
+                main,
+                per_second: None,
+            } => main.settle(fetches).await,
+            Self::Redis {
+                main,
+                per_second: Some(second),
+            } => {
+                let (fast, slow): (Vec<Fetch>, Vec<Fetch>) =
+                    fetches.into_iter().partition(|f| is_one_second(&f.op.spec));
+                let (mut found, slow_found) =
+                    tokio::try_join!(second.settle(fast), main.settle(slow))?;
+                found.extend(slow_found);
+                Ok(found)
+            }
+        }
     }
 
     async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {

@@ -40,6 +40,34 @@ pub struct Op {
     pub lease: Option<u64>,
 }
 
+/// A lease's block fetch (the background fetch's: `hits` 0, `lease` the
+/// block wanted), named by a token unique to it. Redis marks what the
+/// fetch took under its token, so a fetch whose answer never came (past
+/// `REDIS_TIMEOUT`, the connection lost) is settled later: its block given
+/// back, or the fetch kept from ever taking one ([`Store::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetch {
+    /// The leased operation.
+    pub op: Op,
+    /// Unique to this fetch.
+    pub token: u64,
+    /// When it was sent: names the window or bucket of its block.
+    pub at: UnixMillis,
+}
+
+impl Fetch {
+    /// Fetches as one plain batch (stores that keep no leases), and the
+    /// time they share.
+    pub(crate) fn batch(fetches: &[Self]) -> (Batch, UnixMillis) {
+        let now = fetches.first().map_or(UnixMillis(0), |f| f.at);
+        let batch = Batch {
+            ops: fetches.iter().map(|f| f.op.clone()).collect(),
+            stop_when_over: false,
+        };
+        (batch, now)
+    }
+}
+
 /// All counter operations of one request, executed in one round trip.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -326,6 +354,40 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// time (the embedded store).
     fn in_process(&self) -> bool {
         false
+    }
+
+    /// Runs leases' block fetches, one [`Outcome`] each, in order (its
+    /// block in [`Outcome::leased`]); the fetches of one call share their
+    /// `at`. Stores that keep no leases run them as one batch.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::execute`]: then each fetch may or may not have taken
+    /// its block, until [`Store::settle`] says.
+    fn fetch(
+        &self,
+        fetches: &[Fetch],
+    ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
+        let (batch, now) = Fetch::batch(fetches);
+        self.execute(batch, now)
+    }
+
+    /// Settles fetches that failed ([`Store::fetch`]): each either took
+    /// its block, returned here with the outcome it got (for the caller to
+    /// give back), or is kept from ever taking one. Settling a fetch twice
+    /// finds nothing the second time. Stores without leases have nothing
+    /// to settle.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] when the store cannot be reached: the fetches stay
+    /// unsettled.
+    fn settle(
+        &self,
+        fetches: Vec<Fetch>,
+    ) -> impl Future<Output = Result<Vec<(Fetch, Outcome)>, StoreError>> + Send {
+        let _ = fetches;
+        std::future::ready(Ok(Vec::new()))
     }
 
     /// Gives back the unused hits of leases' blocks, each to the window or

@@ -103,7 +103,8 @@ async fn three_leased_instances_admit_the_limit_and_give_back_the_rest() {
         server.stop().await;
     }
     let keys = redis
-        .cli(&["--raw", "KEYS", &format!("*leased={value}*")])
+        // The window's counter, not the fetches' fences beside it.
+        .cli(&["--raw", "KEYS", &format!("*leased={value}}}f*")])
         .unwrap_or_default();
     let key = keys.lines().next().expect("the window's counter");
     let counted: u64 = redis
@@ -327,6 +328,117 @@ async fn a_request_given_up_in_flight_strands_no_block() {
         (admitted..=admitted + 2).contains(&counted),
         "Redis counts {counted} for {admitted} hits admitted and 2 given up"
     );
+}
+
+/// The background fetch itself meets a frozen Redis: it misses
+/// `REDIS_TIMEOUT`, and Redis runs it once it resumes, taking a block no
+/// one listens for. The next step settles it: the block is found under the
+/// fetch's fence and given back, so Redis counts exactly the hits admitted.
+/// (Before fetches were fenced, that block stayed counted until its window
+/// ended.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_answered_too_late_is_settled_and_its_block_given_back() {
+    use crate::lease_model::metric;
+    use floodgate::{Code, Descriptor, LimiterOptions, Request};
+    use std::time::Duration;
+
+    let redis = RedisServer::start();
+    let (limiter, clock) = leased_limiter(&redis, LimiterOptions::default()).await;
+    let request = Request {
+        domain: "d".into(),
+        descriptors: vec![Descriptor::from_pairs([("k", "v")])],
+        hits_addend: 0,
+    };
+    let key = "{d|k=v}f60:1700000040";
+    let count = || -> u64 { redis.cli(&["GET", key]).unwrap().trim().parse().unwrap() };
+    let blocks = |outcome: &str| {
+        metric(
+            &limiter,
+            &format!("ratelimit_lease_blocks_total{{outcome=\"{outcome}\"}}"),
+        )
+    };
+    // A rate to size a block by, and a hit that finds no block: a fetch is
+    // asked for.
+    let mut admitted = 0u64;
+    for at in [START_MS, START_MS + 10] {
+        clock.set(UnixMillis(at));
+        for _ in 0..100 {
+            let answer = limiter.should_rate_limit(&request).await.unwrap();
+            admitted += u64::from(answer.overall_code == Code::Ok);
+        }
+    }
+    assert_eq!(count(), admitted);
+
+    // The fetch is sent to the frozen Redis and misses its deadline.
+    redis.pause();
+    limiter.lease_step().await;
+    assert_eq!(blocks("taken"), 0, "a block landed from a frozen Redis");
+    redis.resume();
+    // Redis runs the fetch now: a block counted that no one holds.
+    let mut with_block = count();
+    for _ in 0..200 {
+        if with_block > admitted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        with_block = count();
+    }
+    assert!(with_block > admitted, "the late fetch never ran");
+
+    // The next step finds it under the fence and gives it back.
+    limiter.lease_step().await;
+    assert_eq!(count(), admitted, "the late block was not given back");
+    assert_eq!(blocks("taken"), 1);
+    assert_eq!(blocks("given_back"), 1);
+    assert_eq!(blocks("stranded"), 0);
+    // Settled once: the fence is left empty, so it is not given back twice.
+    limiter.lease_step().await;
+    limiter.give_back_leases().await;
+    assert_eq!(count(), admitted);
+}
+
+/// A fetch settled before Redis ran it never takes a block: its fence is
+/// there first, and the fetch, when Redis runs it at last, writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_settled_before_it_ran_takes_nothing() {
+    use floodgate::algorithm::{FixedWindow, Spec};
+    use floodgate::{CounterId, Fetch, Op, RedisConfig, RedisStore, Store};
+
+    let redis = RedisServer::start();
+    let store = RedisStore::new(RedisConfig::single(redis.addr()));
+    store.connect().await.expect("redis reachable");
+    let spec = Spec::FixedWindow {
+        window: FixedWindow::new(60),
+        limit: 1_000,
+    };
+    let fetch = |token| Fetch {
+        op: Op {
+            id: CounterId::new("d", [("k", "v")]),
+            spec,
+            hits: 0,
+            lease: Some(50),
+        },
+        token,
+        at: UnixMillis(START_MS),
+    };
+    // Settled first: nothing to find, and the fence is set.
+    assert!(store.settle(vec![fetch(1)]).await.unwrap().is_empty());
+    // The fetch runs later and takes nothing.
+    assert!(store.fetch(&[fetch(1)]).await.is_err());
+    assert_eq!(
+        redis
+            .cli(&["--raw", "EXISTS", "{d|k=v}f60:1700000040"])
+            .unwrap()
+            .trim(),
+        "0"
+    );
+    // Another fetch takes its block; settling it finds the block once.
+    let took = store.fetch(&[fetch(2)]).await.unwrap();
+    assert_eq!(took[0].leased, 50);
+    let found = store.settle(vec![fetch(2)]).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].1.leased, 50);
+    assert!(store.settle(vec![fetch(2)]).await.unwrap().is_empty());
 }
 
 /// A leased descriptor the local cache answers over its limit (its counter

@@ -6,7 +6,8 @@ use super::Leases;
 use crate::clock::UnixMillis;
 use crate::limiter::Limiter;
 use crate::metrics::lease::{Fate, LeaseMetrics};
-use crate::store::{Batch, Op, Store};
+use crate::store::{Fetch, Op, Store, Unused};
+use std::hash::BuildHasher as _;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -27,31 +28,43 @@ impl Leases {
     ) -> usize {
         let closed = self.closed.load(Ordering::Acquire);
         let mut done = 0;
+        // Fetches that failed first: a block one took is given back below.
+        // While the store cannot settle them it cannot fetch either: none
+        // is sent (so the unsettled never pile up).
+        let reachable = self.settle(store, metrics).await;
         let wanted = std::mem::take(&mut *self.refills.lock());
         if !wanted.is_empty() {
-            let mut batch = Batch::with_capacity(wanted.len(), false);
+            let mut fetches = Vec::with_capacity(wanted.len());
             let mut asked = Vec::with_capacity(wanted.len());
             for lease in wanted {
                 let want = lease.held.lock().want(lease.cap);
-                if want == 0 || closed {
+                if want == 0 || closed || !reachable {
                     lease.refilling.store(false, Ordering::Release);
                     continue;
                 }
-                batch.ops.push(Op {
-                    id: lease.id.clone(),
-                    spec: lease.spec,
-                    hits: 0,
-                    lease: Some(want),
+                fetches.push(Fetch {
+                    op: Op {
+                        id: lease.id.clone(),
+                        spec: lease.spec,
+                        hits: 0,
+                        lease: Some(want),
+                    },
+                    token: self.token(),
+                    at: now,
                 });
                 asked.push(lease);
             }
-            if !batch.is_empty() {
-                // A failed fetch leaves requests to ask the store themselves.
-                if let Ok(outcomes) = store.execute(batch, now).await {
-                    for (lease, outcome) in asked.iter().zip(&outcomes) {
-                        self.deposit_block(lease, outcome, now, metrics);
-                        done += usize::from(outcome.leased > 0);
+            if !fetches.is_empty() {
+                // A failed fetch leaves requests to ask the store
+                // themselves, and is settled by the next step.
+                match store.fetch(&fetches).await {
+                    Ok(outcomes) => {
+                        for (lease, outcome) in asked.iter().zip(&outcomes) {
+                            self.deposit_block(lease, outcome, now, metrics);
+                            done += usize::from(outcome.leased > 0);
+                        }
                     }
+                    Err(_) => self.unsettled.lock().extend(fetches),
                 }
                 for lease in &asked {
                     lease.refilling.store(false, Ordering::Release);
@@ -97,6 +110,42 @@ impl Leases {
             }
         }
         done
+    }
+
+    /// Settles the fetches that failed: a block one took after all joins
+    /// the lapsed ones, to be given back. Whether the store answered (or
+    /// there was nothing to settle).
+    async fn settle<S: Store>(&self, store: &S, metrics: &LeaseMetrics) -> bool {
+        let pending = std::mem::take(&mut *self.unsettled.lock());
+        if pending.is_empty() {
+            return true;
+        }
+        match store.settle(pending.clone()).await {
+            Ok(found) => {
+                let mut lapsed = self.lapsed.lock();
+                for (fetch, outcome) in found.into_iter().filter(|(_, o)| o.leased > 0) {
+                    metrics.record(Fate::Taken, 1, outcome.leased);
+                    lapsed.push(Unused {
+                        id: fetch.op.id,
+                        spec: fetch.op.spec,
+                        hits: outcome.leased,
+                        taken_at: fetch.at,
+                        tat_us: outcome.tat_us,
+                    });
+                }
+                true
+            }
+            Err(_) => {
+                self.unsettled.lock().extend(pending);
+                false
+            }
+        }
+    }
+
+    /// A token for a fetch: unique to it, whatever instance sends it.
+    fn token(&self) -> u64 {
+        let (seed, next) = &self.tokens;
+        seed.hash_one(next.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Stops taking blocks: from now on requests ask the store without

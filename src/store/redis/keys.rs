@@ -93,6 +93,14 @@ impl Keys {
         key
     }
 
+    /// A lease fetch's fence: what the fetch `token` took, or that it may
+    /// no longer take anything (see `fence.rs`).
+    pub(crate) fn fence(&self, id: &CounterId, token: u64) -> String {
+        let mut key = self.tagged(id);
+        let _ = write!(key, "F{token:016x}");
+        key
+    }
+
     /// The theoretical arrival time of a GCRA limit.
     pub(crate) fn gcra(&self, id: &CounterId, interval_us: u64, burst: u64) -> String {
         let mut key = self.tagged(id);
@@ -128,6 +136,7 @@ mod tests {
         assert_eq!(keys.sliding_log(&id), "p:{d|k=v}l");
         assert_eq!(keys.gcra(&id, 100_000, 5), "p:{d|k=v}g100000:5");
         assert_eq!(keys.demand_registry(&id), "p:{d|k=v}q");
+        assert_eq!(keys.fence(&id, 0xab), "p:{d|k=v}F00000000000000ab");
     }
 
     #[test]

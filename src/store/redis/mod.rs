@@ -20,6 +20,7 @@ mod connection;
 mod dialled;
 mod execute;
 mod fault;
+mod fence;
 mod keys;
 mod peek;
 mod reply;
@@ -30,7 +31,7 @@ mod slots;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
 
-use super::{Batch, Outcome, Store, StoreError, Unused};
+use super::{Batch, Fetch, Outcome, Store, StoreError, Unused};
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
 use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
@@ -340,6 +341,14 @@ impl Store for RedisStore {
 
     fn leases(&self) -> bool {
         true
+    }
+
+    async fn fetch(&self, fetches: &[Fetch]) -> Result<Vec<Outcome>, StoreError> {
+        self.fetch_fenced(fetches).await
+    }
+
+    async fn settle(&self, fetches: Vec<Fetch>) -> Result<Vec<(Fetch, Outcome)>, StoreError> {
+        self.settle_fetches(fetches).await
     }
 
     async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {

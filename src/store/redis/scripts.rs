@@ -88,6 +88,20 @@ pub(crate) static NODE_BATCH: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
+/// `scripts/fetch.lua`: a lease's block fetch, fenced: the batch script's
+/// loop over one operation, unless the fetch was settled first.
+pub(crate) static FETCH: LazyLock<Script> = LazyLock::new(|| {
+    batch_script(
+        include_str!("scripts/batch.lua"),
+        include_str!("scripts/fetch.lua"),
+    )
+});
+
+/// `scripts/settle.lua`: what a fetch whose answer never came took, its
+/// fence left so that it never takes anything later.
+pub(crate) static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/settle.lua")));
+
 /// A batch script: `header`, the algorithm scripts as functions, the
 /// loop over operations (`run`), then `main`.
 fn batch_script(header: &str, main: &str) -> Script {
@@ -150,13 +164,15 @@ end
 ";
 
 /// Every script, for loading them all after a NOSCRIPT reply.
-pub(crate) fn all() -> [&'static Script; 6] {
+pub(crate) fn all() -> [&'static Script; 8] {
     [
         &TAKE_BACK,
         &TAKE_BACK_TAT,
         &TAKE_BACK_LOG,
         &BATCH,
         &NODE_BATCH,
+        &FETCH,
+        &SETTLE,
         &PEEK,
     ]
 }

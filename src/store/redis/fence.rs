@@ -1,0 +1,123 @@
+//! Fenced block fetches: a lease's fetch whose answer never came loses
+//! nothing.
+//!
+//! A fetch that misses `REDIS_TIMEOUT` (Redis frozen, a connection lost)
+//! may still run later: its bytes sit in Redis's socket, and Redis runs
+//! them when it resumes, though floodgate stopped listening. Its block
+//! would then be counted with no one holding it, refused to every
+//! instance until its window ended.
+//!
+//! So each fetch names a fence key of its own, under its descriptor's hash
+//! tag (one slot with its counter): `fetch.lua` takes the block only while
+//! the fence does not exist, and then keeps its reply there. A fetch that
+//! failed is settled on a later step by `settle.lua`, which reads the fence
+//! and leaves it empty: a fetch that ran is found there (its block given
+//! back), one that has not run never will. Redis runs each script whole, so
+//! whichever comes first, the block is either found or never taken.
+//!
+//! The fence lives [`FENCE_TTL_MS`]: a fetch settled that long after it
+//! ran, or run that long after it was settled, is beyond it (Redis
+//! unreachable for that long): its block strands until its window ends, as
+//! without the fence.
+
+use super::RedisStore;
+use super::command::{COUNT, algorithm_number, bytes_of, key_of};
+use super::execute::execute;
+use super::reply::outcome;
+use super::scripts;
+use crate::algorithm::Outcome;
+use crate::store::{Fetch, StoreError};
+use tokio::time::{Instant, timeout_at};
+
+/// How long a fence is kept, ms; see the module.
+pub(super) const FENCE_TTL_MS: u64 = 30_000;
+
+impl RedisStore {
+    /// [`Store::fetch`](crate::store::Store::fetch) on Redis: one fenced
+    /// script call per fetch, in one round trip, by `REDIS_TIMEOUT`.
+    pub(super) async fn fetch_fenced(&self, fetches: &[Fetch]) -> Result<Vec<Outcome>, StoreError> {
+        if fetches.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cmds = fetches.iter().map(|f| self.fetch_cmd(f)).collect();
+        let replies = self.round_trip(cmds).await?;
+        fetches
+            .iter()
+            .zip(&replies)
+            .map(|(f, reply)| {
+                let algorithm = algorithm_number(&f.op, false);
+                Ok(outcome(&f.op, algorithm, reply, f.at)?)
+            })
+            .collect()
+    }
+
+    /// [`Store::settle`](crate::store::Store::settle) on Redis: each
+    /// fetch's fence read and left empty, in one round trip; the fetches
+    /// that ran, with what they took.
+    pub(super) async fn settle_fetches(
+        &self,
+        fetches: Vec<Fetch>,
+    ) -> Result<Vec<(Fetch, Outcome)>, StoreError> {
+        if fetches.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cmds = fetches
+            .iter()
+            .map(|f| {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(scripts::SETTLE.get_hash())
+                    .arg(1)
+                    .arg(self.inner.keys.fence(&f.op.id, f.token))
+                    .arg(FENCE_TTL_MS);
+                cmd
+            })
+            .collect();
+        let replies = self.round_trip(cmds).await?;
+        let mut found = Vec::new();
+        for (f, reply) in fetches.into_iter().zip(&replies) {
+            if reply.is_empty() {
+                continue;
+            }
+            let algorithm = algorithm_number(&f.op, false);
+            let got = outcome(&f.op, algorithm, reply, f.at)?;
+            found.push((f, got));
+        }
+        Ok(found)
+    }
+
+    /// The fenced script call of one fetch: its operation as the batch
+    /// script takes it, after its key and fence.
+    fn fetch_cmd(&self, fetch: &Fetch) -> redis::Cmd {
+        let (op, _) = self.call(&fetch.op, fetch.at, false);
+        let algorithm = algorithm_number(&fetch.op, false);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(scripts::FETCH.get_hash())
+            .arg(2)
+            .arg(key_of(&op))
+            .arg(self.inner.keys.fence(&fetch.op.id, fetch.token))
+            .arg(FENCE_TTL_MS)
+            .arg(algorithm);
+        if algorithm != COUNT {
+            cmd.arg(op.args_iter().len().saturating_sub(1));
+        }
+        for arg in bytes_of(&op).skip(1) {
+            cmd.arg(arg);
+        }
+        cmd
+    }
+
+    /// Script calls in one round trip over the store's connection, by
+    /// `REDIS_TIMEOUT`; each counted as a script call.
+    async fn round_trip(&self, cmds: Vec<redis::Cmd>) -> Result<Vec<Vec<i64>>, StoreError> {
+        let deadline = Instant::now() + self.inner.config.timeout;
+        let connection = Box::pin(timeout_at(deadline, self.connection()))
+            .await
+            .map_err(|_| StoreError::Timeout)?;
+        for _ in &cmds {
+            self.inner.signals.count_call(0);
+        }
+        Ok(Box::pin(timeout_at(deadline, execute(&connection, cmds)))
+            .await
+            .map_err(|_| StoreError::Timeout)??)
+    }
+}

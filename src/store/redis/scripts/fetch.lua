@@ -1,0 +1,19 @@
+-- A lease's block fetch, fenced (see fence.rs): the batch script's loop
+-- over this one operation, unless the fetch was settled before it ran.
+--
+-- KEYS[1]  the operation's key
+-- KEYS[2]  the fetch's fence
+-- ARGV[1]  how long the fence is kept, ms
+-- ARGV[2 ..] the operation as the batch script takes it: algorithm,
+--          argument count, arguments
+--
+-- Reply: the operation's reply, also kept in the fence (its integers
+-- joined by commas) for a settle that finds no answer came; an empty
+-- array, having written nothing, when the fence is already there (the
+-- fetch was settled as never run, so it may take nothing).
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {}
+end
+local reply = run({KEYS[1]}, 2)
+redis.call('SET', KEYS[2], table.concat(reply, ','), 'PX', ARGV[1])
+return reply
