@@ -67,6 +67,9 @@ pub(super) struct Lease {
     cap: u64,
     /// A background fetch is asked for or under way.
     refilling: AtomicBool,
+    /// The token of the last fetch answered (0: none): its fence is no
+    /// longer needed, and the next fetch removes it.
+    answered: AtomicU64,
     held: Mutex<Held>,
 }
 
@@ -234,6 +237,7 @@ impl Leases {
                     spec,
                     cap: cap_of(&spec),
                     refilling: AtomicBool::new(false),
+                    answered: AtomicU64::new(0),
                     held: Mutex::default(),
                 });
                 all.push(Arc::clone(&lease));

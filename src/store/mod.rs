@@ -49,8 +49,11 @@ pub struct Op {
 pub struct Fetch {
     /// The leased operation.
     pub op: Op,
-    /// Unique to this fetch.
+    /// Unique to this fetch (never 0).
     pub token: u64,
+    /// An earlier fetch of the same lease that was answered: its fence is
+    /// no longer needed and goes (so each lease keeps about one).
+    pub forget: Option<u64>,
     /// When it was sent: names the window or bucket of its block.
     pub at: UnixMillis,
 }

@@ -392,13 +392,28 @@ async fn a_fetch_answered_too_late_is_settled_and_its_block_given_back() {
     assert_eq!(blocks("given_back"), 1);
     assert_eq!(blocks("stranded"), 0);
     // Settled once: the fence is left empty, so it is not given back twice.
-    limiter.lease_step().await;
+    // Blocks are taken again: each fetch answered, its fence removed by the
+    // next; the settled fence and the last fetch's remain.
+    for round in 0..5 {
+        limiter.lease_step().await;
+        clock.set(UnixMillis(START_MS + 20 + round * 10));
+        for _ in 0..100 {
+            let answer = limiter.should_rate_limit(&request).await.unwrap();
+            admitted += u64::from(answer.overall_code == Code::Ok);
+        }
+    }
+    let fences = redis.cli(&["--raw", "KEYS", "{d|k=v}F*"]).unwrap();
+    assert!(blocks("taken") >= 3, "blocks taken: {}", blocks("taken"));
+    assert!(fences.lines().count() <= 2, "fences left: {fences}");
     limiter.give_back_leases().await;
     assert_eq!(count(), admitted);
+    assert_eq!(blocks("stranded"), 0);
 }
 
 /// A fetch settled before Redis ran it never takes a block: its fence is
 /// there first, and the fetch, when Redis runs it at last, writes nothing.
+/// A block a fetch took is found once, and a lease's next fetch removes
+/// the previous one's fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_settled_before_it_ran_takes_nothing() {
     use floodgate::algorithm::{FixedWindow, Spec};
@@ -419,6 +434,7 @@ async fn a_fetch_settled_before_it_ran_takes_nothing() {
             lease: Some(50),
         },
         token,
+        forget: None,
         at: UnixMillis(START_MS),
     };
     // Settled first: nothing to find, and the fence is set.
@@ -439,6 +455,19 @@ async fn a_fetch_settled_before_it_ran_takes_nothing() {
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].1.leased, 50);
     assert!(store.settle(vec![fetch(2)]).await.unwrap().is_empty());
+    // The next fetch of a lease removes the fence of the one before it,
+    // answered: a lease keeps one fence, not one per fetch.
+    let exists = |token: u64| {
+        let key = format!("{{d|k=v}}F{token:016x}");
+        redis.cli(&["--raw", "EXISTS", &key]).unwrap().trim() == "1"
+    };
+    assert!(exists(2));
+    let next = Fetch {
+        forget: Some(2),
+        ..fetch(3)
+    };
+    assert_eq!(store.fetch(&[next]).await.unwrap()[0].leased, 50);
+    assert!(!exists(2) && exists(3));
 }
 
 /// A leased descriptor the local cache answers over its limit (its counter

@@ -50,6 +50,7 @@ impl Leases {
                         lease: Some(want),
                     },
                     token: self.token(),
+                    forget: Some(lease.answered.swap(0, Ordering::Relaxed)).filter(|&t| t != 0),
                     at: now,
                 });
                 asked.push(lease);
@@ -59,7 +60,8 @@ impl Leases {
                 // themselves, and is settled by the next step.
                 match store.fetch(&fetches).await {
                     Ok(outcomes) => {
-                        for (lease, outcome) in asked.iter().zip(&outcomes) {
+                        for ((lease, outcome), fetch) in asked.iter().zip(&outcomes).zip(&fetches) {
+                            lease.answered.store(fetch.token, Ordering::Relaxed);
                             self.deposit_block(lease, outcome, now, metrics);
                             done += usize::from(outcome.leased > 0);
                         }
@@ -142,10 +144,11 @@ impl Leases {
         }
     }
 
-    /// A token for a fetch: unique to it, whatever instance sends it.
+    /// A token for a fetch: unique to it, whatever instance sends it;
+    /// never 0 (a lease's "no fetch answered").
     fn token(&self) -> u64 {
         let (seed, next) = &self.tokens;
-        seed.hash_one(next.fetch_add(1, Ordering::Relaxed))
+        seed.hash_one(next.fetch_add(1, Ordering::Relaxed)).max(1)
     }
 
     /// Stops taking blocks: from now on requests ask the store without

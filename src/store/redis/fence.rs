@@ -18,7 +18,9 @@
 //! The fence lives [`FENCE_TTL_MS`]: a fetch settled that long after it
 //! ran, or run that long after it was settled, is beyond it (Redis
 //! unreachable for that long): its block strands until its window ends, as
-//! without the fence.
+//! without the fence. A fetch that was answered needs its fence no more:
+//! the lease's next fetch removes it, so a lease keeps about one fence,
+//! not one per fetch of the last 30 s.
 
 use super::RedisStore;
 use super::command::{COUNT, algorithm_number, bytes_of, key_of};
@@ -91,12 +93,15 @@ impl RedisStore {
         let (op, _) = self.call(&fetch.op, fetch.at, false);
         let algorithm = algorithm_number(&fetch.op, false);
         let mut cmd = redis::cmd("EVALSHA");
+        let keys = &self.inner.keys;
         cmd.arg(scripts::FETCH.get_hash())
-            .arg(2)
+            .arg(2 + usize::from(fetch.forget.is_some()))
             .arg(key_of(&op))
-            .arg(self.inner.keys.fence(&fetch.op.id, fetch.token))
-            .arg(FENCE_TTL_MS)
-            .arg(algorithm);
+            .arg(keys.fence(&fetch.op.id, fetch.token));
+        if let Some(forget) = fetch.forget {
+            cmd.arg(keys.fence(&fetch.op.id, forget));
+        }
+        cmd.arg(FENCE_TTL_MS).arg(algorithm);
         if algorithm != COUNT {
             cmd.arg(op.args_iter().len().saturating_sub(1));
         }

@@ -3,6 +3,8 @@
 --
 -- KEYS[1]  the operation's key
 -- KEYS[2]  the fetch's fence
+-- KEYS[3]  (optional) the fence of the lease's previous fetch, answered:
+--          removed
 -- ARGV[1]  how long the fence is kept, ms
 -- ARGV[2 ..] the operation as the batch script takes it: algorithm,
 --          argument count, arguments
@@ -11,6 +13,9 @@
 -- joined by commas) for a settle that finds no answer came; an empty
 -- array, having written nothing, when the fence is already there (the
 -- fetch was settled as never run, so it may take nothing).
+if KEYS[3] then
+  redis.call('DEL', KEYS[3])
+end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {}
 end
