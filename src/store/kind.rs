@@ -178,10 +178,9 @@ impl Store for StoreKind {
 
     async fn fetch(&self, fetches: &[Fetch]) -> Result<Vec<Outcome>, StoreError> {
         match self {
-            Self::Memory(_) | Self::Memcache(_) => {
-                let (batch, now) = Fetch::batch(fetches);
-                self.execute(batch, now).await
-            }
+            Self::Memory(store) => store.fetch(fetches).await,
+            // Boxed, as `execute_within` says.
+            Self::Memcache(store) => Box::pin(store.fetch(fetches)).await,
             Self::Redis {
                 main,
                 per_second: None,
@@ -191,18 +190,14 @@ impl Store for StoreKind {
                 per_second: Some(second),
             } => {
                 // Each fetch to its limit's store, the outcomes put back in
-                // order (as `split_per_second`).
+                // order.
                 let order: Vec<bool> = fetches.iter().map(|f| is_one_second(&f.op.spec)).collect();
                 let (fast, slow): (Vec<Fetch>, Vec<Fetch>) = fetches
                     .iter()
                     .cloned()
                     .partition(|f| is_one_second(&f.op.spec));
                 let (fast, slow) = tokio::try_join!(second.fetch(&fast), main.fetch(&slow))?;
-                let (mut fast, mut slow) = (fast.into_iter(), slow.into_iter());
-                Ok(order
-                    .into_iter()
-                    .filter_map(|is_second| if is_second { fast.next() } else { slow.next() })
-                    .collect())
+                Ok(in_order(order, fast, slow))
             }
         }
     }
@@ -339,9 +334,16 @@ async fn split_per_second(
         }
     };
     let (fast, slow) = tokio::try_join!(run(second, fast), run(main, slow))?;
+    Ok(in_order(order, fast, slow))
+}
+
+/// The answers of the one-second store (`fast`) and the main one (`slow`)
+/// back in the order of the operations they answer (`order`: whether each
+/// went to the one-second store).
+fn in_order(order: Vec<bool>, fast: Vec<Outcome>, slow: Vec<Outcome>) -> Vec<Outcome> {
     let (mut fast, mut slow) = (fast.into_iter(), slow.into_iter());
-    Ok(order
+    order
         .into_iter()
         .filter_map(|is_second| if is_second { fast.next() } else { slow.next() })
-        .collect())
+        .collect()
 }

@@ -58,19 +58,6 @@ pub struct Fetch {
     pub at: UnixMillis,
 }
 
-impl Fetch {
-    /// Fetches as one plain batch (stores that keep no leases), and the
-    /// time they share.
-    pub(crate) fn batch(fetches: &[Self]) -> (Batch, UnixMillis) {
-        let now = fetches.first().map_or(UnixMillis(0), |f| f.at);
-        let batch = Batch {
-            ops: fetches.iter().map(|f| f.op.clone()).collect(),
-            stop_when_over: false,
-        };
-        (batch, now)
-    }
-}
-
 /// All counter operations of one request, executed in one round trip.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Batch {
@@ -371,7 +358,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         fetches: &[Fetch],
     ) -> impl Future<Output = Result<Vec<Outcome>, StoreError>> + Send {
-        let (batch, now) = Fetch::batch(fetches);
+        let now = fetches.first().map_or(UnixMillis(0), |f| f.at);
+        let batch = Batch {
+            ops: fetches.iter().map(|f| f.op.clone()).collect(),
+            stop_when_over: false,
+        };
         self.execute(batch, now)
     }
 

@@ -313,15 +313,22 @@ pub(super) fn batch_cmd<'a>(
         }
     }
     for (algorithm, op) in ops {
-        cmd.arg(algorithm);
-        if algorithm != COUNT {
-            cmd.arg(op.args_iter().len().saturating_sub(1));
-        }
-        for arg in bytes_of(op).skip(1) {
-            cmd.arg(arg);
-        }
+        write_op(&mut cmd, algorithm, op);
     }
     cmd
+}
+
+/// One operation (`key args…`) as the batch script reads it from ARGV:
+/// its algorithm number, argument count ([`COUNT`]'s without: always
+/// two) and arguments, the key left out.
+pub(super) fn write_op(cmd: &mut redis::Cmd, algorithm: u8, op: &redis::Cmd) {
+    cmd.arg(algorithm);
+    if algorithm != COUNT {
+        cmd.arg(op.args_iter().len().saturating_sub(1));
+    }
+    for arg in bytes_of(op).skip(1) {
+        cmd.arg(arg);
+    }
 }
 
 /// How to undo one counted operation of a refused batch.

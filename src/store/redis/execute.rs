@@ -101,19 +101,30 @@ impl RedisStore {
             .zip(&undos)
             .map(|(u, undo)| undo_cmd(undo, u.tat_us))
             .collect();
-        let deadline = Instant::now() + self.inner.config.timeout;
-        let connection = Box::pin(timeout_at(deadline, self.connection()))
-            .await
-            .map_err(|_| StoreError::Timeout)?;
-        let replies = Box::pin(timeout_at(deadline, execute(&connection, cmds)))
-            .await
-            .map_err(|_| StoreError::Timeout)??;
+        let replies = self.round_trip(cmds).await?;
         Ok(unused
             .into_iter()
             .zip(undos.iter().zip(&replies))
             .filter(|(_, (undo, reply))| undo.kept(reply))
             .map(|(u, _)| u)
             .collect())
+    }
+}
+
+impl RedisStore {
+    /// Script calls outside the lanes (give-backs, fenced fetches) in one
+    /// round trip over the store's connection, by `REDIS_TIMEOUT`.
+    pub(super) async fn round_trip(
+        &self,
+        cmds: Vec<redis::Cmd>,
+    ) -> Result<Vec<Vec<i64>>, StoreError> {
+        let deadline = Instant::now() + self.inner.config.timeout;
+        let connection = Box::pin(timeout_at(deadline, self.connection()))
+            .await
+            .map_err(|_| StoreError::Timeout)?;
+        Ok(Box::pin(timeout_at(deadline, execute(&connection, cmds)))
+            .await
+            .map_err(|_| StoreError::Timeout)??)
     }
 }
 

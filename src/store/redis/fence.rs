@@ -23,13 +23,11 @@
 //! not one per fetch of the last 30 s.
 
 use super::RedisStore;
-use super::command::{COUNT, algorithm_number, bytes_of, key_of};
-use super::execute::execute;
+use super::command::{algorithm_number, key_of, write_op};
 use super::reply::outcome;
 use super::scripts;
 use crate::algorithm::Outcome;
 use crate::store::{Fetch, StoreError};
-use tokio::time::{Instant, timeout_at};
 
 /// How long a fence is kept, ms; see the module.
 pub(super) const FENCE_TTL_MS: u64 = 30_000;
@@ -42,7 +40,7 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let cmds = fetches.iter().map(|f| self.fetch_cmd(f)).collect();
-        let replies = self.round_trip(cmds).await?;
+        let replies = self.counted_round_trip(cmds).await?;
         fetches
             .iter()
             .zip(&replies)
@@ -74,7 +72,7 @@ impl RedisStore {
                 cmd
             })
             .collect();
-        let replies = self.round_trip(cmds).await?;
+        let replies = self.counted_round_trip(cmds).await?;
         let mut found = Vec::new();
         for (f, reply) in fetches.into_iter().zip(&replies) {
             if reply.is_empty() {
@@ -85,6 +83,15 @@ impl RedisStore {
             found.push((f, got));
         }
         Ok(found)
+    }
+
+    /// [`RedisStore::round_trip`], each call counted as the lanes' are
+    /// (carrying no request).
+    async fn counted_round_trip(&self, cmds: Vec<redis::Cmd>) -> Result<Vec<Vec<i64>>, StoreError> {
+        for _ in &cmds {
+            self.inner.signals.count_call(0);
+        }
+        self.round_trip(cmds).await
     }
 
     /// The fenced script call of one fetch: its operation as the batch
@@ -101,28 +108,8 @@ impl RedisStore {
         if let Some(forget) = fetch.forget {
             cmd.arg(keys.fence(&fetch.op.id, forget));
         }
-        cmd.arg(FENCE_TTL_MS).arg(algorithm);
-        if algorithm != COUNT {
-            cmd.arg(op.args_iter().len().saturating_sub(1));
-        }
-        for arg in bytes_of(&op).skip(1) {
-            cmd.arg(arg);
-        }
+        cmd.arg(FENCE_TTL_MS);
+        write_op(&mut cmd, algorithm, &op);
         cmd
-    }
-
-    /// Script calls in one round trip over the store's connection, by
-    /// `REDIS_TIMEOUT`; each counted as a script call.
-    async fn round_trip(&self, cmds: Vec<redis::Cmd>) -> Result<Vec<Vec<i64>>, StoreError> {
-        let deadline = Instant::now() + self.inner.config.timeout;
-        let connection = Box::pin(timeout_at(deadline, self.connection()))
-            .await
-            .map_err(|_| StoreError::Timeout)?;
-        for _ in &cmds {
-            self.inner.signals.count_call(0);
-        }
-        Ok(Box::pin(timeout_at(deadline, execute(&connection, cmds)))
-            .await
-            .map_err(|_| StoreError::Timeout)??)
     }
 }
