@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Instructions per request, counted by valgrind's callgrind: a figure that
+# does not move with the machine's noise, unlike req/s on a shared host
+# (not part of CI).
+#
+#   Each server in SERVERS runs under callgrind with counting off; after
+#   WARM requests (h2load, C connections x M streams, the hot profile's
+#   request: one descriptor, a rule never reached) counting is switched on
+#   for N requests and off again. Prints the user-space instructions per
+#   request of each server and the no-op's share of them (what req/s
+#   would show if every instruction cost the same: kernel time, cache
+#   misses and waits are not counted). The callgrind files stay in OUT
+#   (`callgrind_annotate --inclusive=yes OUT/<server>.out.1` reads them).
+#
+#   Servers: ceiling (the no-op, `--no-lifo` as compare.sh's better one),
+#   memory (floodgate, embedded store), redis and redis_lease (floodgate
+#   on a redis-server of its own, the hot key plain or leased). Two runs
+#   of one server agree within about 0.5 %.
+#
+# Settings (environment): SERVERS ("ceiling memory"), N (20000), WARM
+# (2000), C (4), M (8), OUT (a new temporary directory). Needs valgrind,
+# h2load, redis-server, python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+
+SERVERS=${SERVERS:-ceiling memory}
+N=${N:-20000}
+WARM=${WARM:-2000}
+C=${C:-4}
+M=${M:-8}
+OUT=${OUT:-$(mktemp -d -t floodgate-instructions.XXXXXX)}
+mkdir -p "$OUT"
+BIN=target/release
+METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+
+echo "==> building release binaries"
+cargo build --release --locked --bin floodgate --example grpc_body --example ceiling
+"$BIN/examples/grpc_body" encode bench "client=c0" >"$OUT/body.bin"
+"$BIN/examples/grpc_body" encode bench "leased=c0" >"$OUT/body-lease.bin"
+
+# measure NAME BODY COMMAND…: runs COMMAND under callgrind and prints its
+# instructions per request.
+measure() {
+    local name=$1 body=$2 port=$3 vpid total
+    shift 3
+    rm -f "$OUT/$name.out"*
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/$name.out" \
+        "$@" >"$OUT/$name.log" 2>&1 &
+    vpid=$!
+    PIDS+=("$vpid")
+    # Under callgrind a start takes seconds: up to 60 s for the port.
+    for _ in $(seq 600); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+        sleep 0.1
+    done
+    local load=(h2load -c "$C" -m "$M" -t 1 -H 'content-type: application/grpc' -H 'te: trailers'
+        -d "$body" "http://127.0.0.1:$port$METHOD")
+    "${load[@]}" -n "$WARM" >"$OUT/$name-warm.txt" 2>&1
+    callgrind_control -i on "$vpid" >/dev/null
+    "${load[@]}" -n "$N" >"$OUT/$name-load.txt" 2>&1
+    callgrind_control -i off "$vpid" >/dev/null
+    callgrind_control -d "$vpid" >/dev/null
+    kill -INT "$vpid" 2>/dev/null || true
+    wait "$vpid" 2>/dev/null || true
+    if ! grep -q "status codes: $N 2xx" "$OUT/$name-load.txt"; then
+        echo "error: $name did not answer all $N requests (see $OUT/$name-load.txt)" >&2
+        exit 1
+    fi
+    total=$(callgrind_annotate --auto=no "$OUT/$name.out.1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    echo "$name $((total / N))" >>"$OUT/results.txt"
+}
+
+: >"$OUT/results.txt"
+for server in $SERVERS; do
+    port=$(free_port)
+    http=$(free_port)
+    case $server in
+    ceiling)
+        measure ceiling "$OUT/body.bin" "$port" "$BIN/examples/ceiling" "127.0.0.1:$port" --no-lifo
+        ;;
+    memory)
+        measure memory "$OUT/body.bin" "$port" "$BIN/floodgate" serve --config-dir bench/config \
+            --store memory --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" --log-level warn
+        ;;
+    redis | redis_lease)
+        rport=$(free_port)
+        mkdir -p "$OUT/redis-$server"
+        redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+            --dir "$OUT/redis-$server" --logfile "$OUT/redis-$server/redis.log" &
+        rpid=$!
+        PIDS+=("$rpid")
+        wait_for redis-cli -p "$rport" PING
+        body="$OUT/body.bin"
+        [[ $server == redis_lease ]] && body="$OUT/body-lease.bin"
+        measure "$server" "$body" "$port" "$BIN/floodgate" serve --config-dir bench/config \
+            --store redis --redis-url "127.0.0.1:$rport" --grpc-addr "127.0.0.1:$port" \
+            --http-addr "127.0.0.1:$http" --log-level warn
+        kill -INT "$rpid" 2>/dev/null || true
+        wait "$rpid" 2>/dev/null || true
+        ;;
+    *)
+        echo "error: unknown server $server" >&2
+        exit 1
+        ;;
+    esac
+done
+
+echo "==> instructions per request ($N requests, $C x $M streams); files in $OUT"
+python3 - "$OUT/results.txt" <<'EOF'
+import sys
+rows = [line.split() for line in open(sys.argv[1]) if line.strip()]
+noop = next((int(n) for name, n in rows if name == "ceiling"), None)
+print("server\tinstructions_per_request\tno-op_share")
+for name, n in rows:
+    share = f"{noop / int(n):.3f}" if noop else "-"
+    print(f"{name}\t{n}\t{share}")
+EOF
