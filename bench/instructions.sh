@@ -4,9 +4,12 @@
 # (not part of CI).
 #
 #   Each server in SERVERS runs under callgrind with counting off; after
-#   WARM requests (h2load, C connections x M streams, the hot profile's
-#   request: one descriptor, a rule never reached) counting is switched on
-#   for N requests and off again. Prints the user-space instructions per
+#   a warm-up, counting is switched on for the measured load and off
+#   again. PROFILE=hot (default): h2load, C connections x M streams, the
+#   hot profile's request (one descriptor, a rule never reached), WARM
+#   requests then N. PROFILE=wide: examples/wide_load as compare.sh's wide
+#   profile (a new descriptor value per request), 2 s then SECS seconds,
+#   divided by the requests it counted. Prints the user-space instructions per
 #   request of each server and the no-op's share of them (what req/s
 #   would show if every instruction cost the same: kernel time, cache
 #   misses and waits are not counted). The callgrind files stay in OUT
@@ -14,17 +17,21 @@
 #
 #   Servers: ceiling (the no-op, `--no-lifo` as compare.sh's better one),
 #   memory (floodgate, embedded store), redis and redis_lease (floodgate
-#   on a redis-server of its own, the hot key plain or leased). Two runs
+#   on a redis-server of its own, the hot key plain or leased; a 10 s
+#   REDIS_TIMEOUT, as callgrind slows floodgate some fifty times). Two runs
 #   of one server agree within about 0.5 %.
 #
-# Settings (environment): SERVERS ("ceiling memory"), N (20000), WARM
-# (2000), C (4), M (8), OUT (a new temporary directory). Needs valgrind,
+# Settings (environment): SERVERS ("ceiling memory"), PROFILE (hot), N
+# (20000), WARM (2000), SECS (10, wide), C (4), M (8), OUT (a new temporary
+# directory). Needs valgrind,
 # h2load, redis-server, python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 
 SERVERS=${SERVERS:-ceiling memory}
+PROFILE=${PROFILE:-hot}
+SECS=${SECS:-10}
 N=${N:-20000}
 WARM=${WARM:-2000}
 C=${C:-4}
@@ -35,7 +42,7 @@ BIN=target/release
 METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 
 echo "==> building release binaries"
-cargo build --release --locked --bin floodgate --example grpc_body --example ceiling
+cargo build --release --locked --bin floodgate --example grpc_body --example ceiling --example wide_load
 "$BIN/examples/grpc_body" encode bench "client=c0" >"$OUT/body.bin"
 "$BIN/examples/grpc_body" encode bench "leased=c0" >"$OUT/body-lease.bin"
 
@@ -54,21 +61,36 @@ measure() {
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
         sleep 0.1
     done
-    local load=(h2load -c "$C" -m "$M" -t 1 -H 'content-type: application/grpc' -H 'te: trailers'
-        -d "$body" "http://127.0.0.1:$port$METHOD")
-    "${load[@]}" -n "$WARM" >"$OUT/$name-warm.txt" 2>&1
-    callgrind_control -i on "$vpid" >/dev/null
-    "${load[@]}" -n "$N" >"$OUT/$name-load.txt" 2>&1
-    callgrind_control -i off "$vpid" >/dev/null
+    local requests=$N
+    if [[ $PROFILE == wide ]]; then
+        local load=("$BIN/examples/wide_load" "127.0.0.1:$port" "$C" "$M")
+        "${load[@]}" 2 250000 warm- >"$OUT/$name-warm.txt" 2>&1
+        callgrind_control -i on "$vpid" >/dev/null
+        "${load[@]}" "$SECS" 250000 w- >"$OUT/$name-load.txt" 2>&1
+        callgrind_control -i off "$vpid" >/dev/null
+        # `req/s p99_ms requests errors`
+        read -r _ _ requests errors <"$OUT/$name-load.txt"
+        if [[ $errors != 0 || $requests == 0 ]]; then
+            echo "error: $name answered $errors errors of $requests (see $OUT/$name-load.txt)" >&2
+            exit 1
+        fi
+    else
+        local load=(h2load -c "$C" -m "$M" -t 1 -H 'content-type: application/grpc' -H 'te: trailers'
+            -d "$body" "http://127.0.0.1:$port$METHOD")
+        "${load[@]}" -n "$WARM" >"$OUT/$name-warm.txt" 2>&1
+        callgrind_control -i on "$vpid" >/dev/null
+        "${load[@]}" -n "$N" >"$OUT/$name-load.txt" 2>&1
+        callgrind_control -i off "$vpid" >/dev/null
+        if ! grep -q "status codes: $N 2xx" "$OUT/$name-load.txt"; then
+            echo "error: $name did not answer all $N requests (see $OUT/$name-load.txt)" >&2
+            exit 1
+        fi
+    fi
     callgrind_control -d "$vpid" >/dev/null
     kill -INT "$vpid" 2>/dev/null || true
     wait "$vpid" 2>/dev/null || true
-    if ! grep -q "status codes: $N 2xx" "$OUT/$name-load.txt"; then
-        echo "error: $name did not answer all $N requests (see $OUT/$name-load.txt)" >&2
-        exit 1
-    fi
     total=$(callgrind_annotate --auto=no "$OUT/$name.out.1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    echo "$name $((total / N))" >>"$OUT/results.txt"
+    echo "$name $((total / requests))" >>"$OUT/results.txt"
 }
 
 : >"$OUT/results.txt"
@@ -94,8 +116,8 @@ for server in $SERVERS; do
         body="$OUT/body.bin"
         [[ $server == redis_lease ]] && body="$OUT/body-lease.bin"
         measure "$server" "$body" "$port" "$BIN/floodgate" serve --config-dir bench/config \
-            --store redis --redis-url "127.0.0.1:$rport" --grpc-addr "127.0.0.1:$port" \
-            --http-addr "127.0.0.1:$http" --log-level warn
+            --store redis --redis-url "127.0.0.1:$rport" --redis-timeout 10s \
+            --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" --log-level warn
         kill -INT "$rpid" 2>/dev/null || true
         wait "$rpid" 2>/dev/null || true
         ;;
@@ -106,7 +128,7 @@ for server in $SERVERS; do
     esac
 done
 
-echo "==> instructions per request ($N requests, $C x $M streams); files in $OUT"
+echo "==> instructions per request ($PROFILE profile, $C x $M streams); files in $OUT"
 python3 - "$OUT/results.txt" <<'EOF'
 import sys
 rows = [line.split() for line in open(sys.argv[1]) if line.strip()]
