@@ -10,8 +10,13 @@
 //!
 //! Items are keyed by a 64-bit hash the caller computes (keyed per process);
 //! each counter also keeps a bounded copy of the item's text to show it.
-//! `K` is small (64), so items are found by a vectorisable scan and the
-//! smallest counter by another: no index to keep up to date.
+//! `K` is small (64), so items are found by a vectorisable scan. The
+//! smallest count is kept with how many counters hold it: counters only
+//! ever grow, so the ones at the smallest count are used up one by one by
+//! a cursor that goes round once, and the counters are scanned again only
+//! when none is left at it. A stream of new items (a wide key space, every
+//! request a new descriptor) then costs one scan per `K` replacements, not
+//! two per item.
 //! Memory is fixed by `K` and [`MAX_LABEL_BYTES`]/[`MAX_LABEL_ENTRIES`]:
 //! replacing an item reuses the buffers of the one it replaces.
 
@@ -95,6 +100,12 @@ pub(crate) struct SpaceSaving {
     errors: Vec<u64>,
     labels: Vec<Label>,
     total: u64,
+    /// The smallest count held (0 when empty).
+    min: u64,
+    /// How many counters hold `min`.
+    at_min: usize,
+    /// Where the search for a counter at `min` resumes.
+    cursor: usize,
 }
 
 impl SpaceSaving {
@@ -108,6 +119,9 @@ impl SpaceSaving {
             errors: Vec::with_capacity(capacity),
             labels: Vec::with_capacity(capacity),
             total: 0,
+            min: 0,
+            at_min: 0,
+            cursor: 0,
         }
     }
 
@@ -120,22 +134,31 @@ impl SpaceSaving {
         self.total = self.total.saturating_add(weight);
         if let Some(at) = self.find(hash) {
             if let Some(count) = self.counts.get_mut(at) {
-                *count = count.saturating_add(weight);
+                let old = *count;
+                *count = old.saturating_add(weight);
+                if old == self.min && *count != old {
+                    self.left_min();
+                }
             }
             return;
         }
         if self.hashes.len() < self.capacity {
             let mut text = Label::default();
             label(&mut text);
+            if self.hashes.is_empty() || weight < self.min {
+                (self.min, self.at_min) = (weight, 1);
+            } else if weight == self.min {
+                self.at_min += 1;
+            }
             self.hashes.push(hash);
             self.counts.push(weight);
             self.errors.push(0);
             self.labels.push(text);
             return;
         }
-        // Full: the new item takes the smallest counter.
-        let min = self.min_count();
-        let Some(at) = self.counts.iter().position(|&c| c == min) else {
+        // Full: the new item takes a counter at the smallest count.
+        let min = self.min;
+        let Some(at) = self.next_at_min() else {
             return;
         };
         if let (Some(old), Some(count), Some(error), Some(text)) = (
@@ -148,6 +171,37 @@ impl SpaceSaving {
             *count = min.saturating_add(weight);
             *error = min;
             label(text);
+            if *count != min {
+                self.left_min();
+            }
+        }
+    }
+
+    /// The next counter at `min` from the cursor, round once. Counters
+    /// only grow, so none reaches `min` between scans: one round finds
+    /// every counter at it.
+    fn next_at_min(&mut self) -> Option<usize> {
+        let len = self.counts.len();
+        let start = self.cursor.min(len);
+        let after = self.counts.get(start..).unwrap_or_default();
+        let before = self.counts.get(..start).unwrap_or_default();
+        let at = after
+            .iter()
+            .position(|&c| c == self.min)
+            .map(|i| start + i)
+            .or_else(|| before.iter().position(|&c| c == self.min))?;
+        self.cursor = at + 1;
+        Some(at)
+    }
+
+    /// One counter left `min`: when it was the last, finds the new
+    /// smallest count and how many hold it.
+    fn left_min(&mut self) {
+        self.at_min = self.at_min.saturating_sub(1);
+        if self.at_min == 0 {
+            self.min = self.counts.iter().copied().min().unwrap_or(0);
+            self.at_min = self.counts.iter().filter(|&&c| c == self.min).count();
+            self.cursor = 0;
         }
     }
 
@@ -160,6 +214,7 @@ impl SpaceSaving {
         // they never exceed; dropping them here keeps the accounting simple.
         self.labels.clear();
         self.total = 0;
+        (self.min, self.at_min, self.cursor) = (0, 0, 0);
     }
 
     /// Total weight added since the last clear.
@@ -175,7 +230,7 @@ impl SpaceSaving {
 
     /// The smallest count held (0 when empty).
     pub(crate) fn min_count(&self) -> u64 {
-        self.counts.iter().copied().min().unwrap_or(0)
+        self.min
     }
 
     /// The held items, in no order.
@@ -277,6 +332,25 @@ mod tests {
     }
 
     proptest! {
+        /// The kept smallest count and how many hold it are what a scan
+        /// finds, after any mix of new items, held ones, weights and clears.
+        #[test]
+        fn the_smallest_count_is_kept_exactly(
+            ops in proptest::collection::vec((0u64..40, prop_oneof![Just(1u64), 1u64..4, Just(u64::MAX)], 0u8..50), 1..400),
+            k in 1usize..12,
+        ) {
+            let mut summary = SpaceSaving::new(k);
+            for (item, weight, clear) in ops {
+                if clear == 0 {
+                    summary.clear();
+                }
+                summary.add(item, weight, label_of(item));
+                let min = summary.counts.iter().copied().min().unwrap_or(0);
+                prop_assert_eq!(summary.min_count(), min);
+                prop_assert_eq!(summary.at_min, summary.counts.iter().filter(|&&c| c == min).count());
+            }
+        }
+
         /// Against an exact count: every held item's count is within
         /// [true, true + error], error <= N / K, and every item heavier
         /// than N / K is held.
