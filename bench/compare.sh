@@ -139,13 +139,9 @@ PORT[ceiling_tuned]=$(free_port)
 start "$BIN/examples/ceiling" "127.0.0.1:${PORT[ceiling_tuned]}" --no-lifo
 PIDOF[ceiling_tuned]=$PID
 
-rport=$(free_port)
-mkdir -p "$OUT/redis"
-taskset -c "$SERVER_CPU" redis-server --port "$rport" --bind 127.0.0.1 --save "" \
-    --appendonly no --dir "$OUT/redis" --logfile "$OUT/redis/redis.log" &
-RPID=$!
-PIDS+=("$RPID")
-wait_for redis-cli -p "$rport" PING
+start_redis "$OUT/redis" "$SERVER_CPU"
+rport=$REDIS_PORT
+RPID=$REDIS_PID
 
 SERVERS=(ceiling ceiling_tuned)
 STORE_PIDS=("$RPID")

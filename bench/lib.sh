@@ -34,6 +34,22 @@ wait_for() { # wait_for COMMAND…: retry for up to 10 s
     exit 1
 }
 
+# start_redis DIR [CPU]: a standalone redis-server without persistence on a
+# free port, pinned to CPU when given, its files under DIR; sets REDIS_PORT
+# and REDIS_PID.
+start_redis() {
+    local dir=$1 cpu=${2:-}
+    local pin=()
+    [[ -n $cpu ]] && pin=(taskset -c "$cpu")
+    REDIS_PORT=$(free_port)
+    mkdir -p "$dir"
+    "${pin[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$dir" --logfile "$dir/redis.log" &
+    REDIS_PID=$!
+    PIDS+=("$REDIS_PID")
+    wait_for redis-cli -p "$REDIS_PORT" PING
+}
+
 # start_cluster CPU DIR: a 3-master Redis Cluster pinned to CPU, its files
 # under DIR; sets CLUSTER_NODES (host:port each) and CLUSTER_PIDS.
 start_cluster() {

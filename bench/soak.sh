@@ -35,13 +35,8 @@ cargo build --release --locked --bin floodgate --example grpc_body --example wid
 
 args=(serve --config-dir bench/config --store "$STORE" --log-level warn)
 if [[ $STORE == redis ]]; then
-    rport=$(free_port)
-    mkdir -p "$OUT/redis"
-    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
-        --dir "$OUT/redis" --logfile "$OUT/redis/redis.log" &
-    PIDS+=($!)
-    wait_for redis-cli -p "$rport" PING
-    args+=(--redis-url "127.0.0.1:$rport")
+    start_redis "$OUT/redis"
+    args+=(--redis-url "127.0.0.1:$REDIS_PORT")
 fi
 env_args=()
 [[ $SNAPSHOT == 1 ]] && env_args+=(MEMORY_STORE_SNAPSHOT_PATH="$OUT/memory.snap")
