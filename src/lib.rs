@@ -77,8 +77,8 @@ pub use settings::{BackendType, Env, ServeArgs, Settings, SettingsError};
 pub use shutdown::cancel_on_signal;
 pub use store::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 pub use store::{
-    Batch, CounterId, Fetch, MemcacheConfig, MemcacheServers, MemcacheStore, MemcacheTls,
-    MemoryStore, Op, RedisConfig, RedisMode, RedisStore, RedisTls, SnapshotError, Store,
-    StoreError, StoreKind, Unused,
+    Batch, CounterId, Fetch, GivenBack, MemcacheConfig, MemcacheServers, MemcacheStore,
+    MemcacheTls, MemoryStore, Op, RedisConfig, RedisMode, RedisStore, RedisTls, Settled,
+    SnapshotError, Store, StoreError, StoreKind, Unused,
 };
 pub use telemetry::{TelemetryError, error_chain, init as init_logging};

@@ -76,8 +76,9 @@ pub(super) struct Lease {
 /// What the table says for one hit.
 #[derive(Debug)]
 pub(super) enum Admit {
-    /// Admitted from the block held.
-    Local(Outcome),
+    /// Admitted from the block held, taken at the instant given (it names
+    /// the window or bucket the hits were counted in).
+    Local(Outcome, UnixMillis),
     /// Ask the store for the hits alone: too few left in the block held
     /// (the background fetch is asked for the next), or the table is full
     /// or closed.
@@ -107,6 +108,9 @@ pub(super) struct Leases {
     closed: AtomicBool,
     /// Fetches that failed, to settle ([`crate::store::Store::settle`]).
     unsettled: Mutex<Vec<Fetch>>,
+    /// Give-backs the store did not answer, with when each was first sent:
+    /// sent again under their tokens.
+    returning: Mutex<Vec<(Unused, std::time::Instant)>>,
     /// Each fetch's token: unique to it among every instance's.
     tokens: (std::hash::RandomState, AtomicU64),
 }
@@ -122,6 +126,7 @@ impl Default for Leases {
             wake: tokio::sync::Notify::new(),
             closed: AtomicBool::new(false),
             unsettled: Mutex::default(),
+            returning: Mutex::default(),
             tokens: (std::hash::RandomState::new(), AtomicU64::new(0)),
         }
     }
@@ -194,6 +199,8 @@ impl Lease {
             hits: back,
             taken_at: held.taken_at,
             tat_us: held.tat_us,
+            // Named when it is sent.
+            token: 0,
         })
     }
 }
@@ -271,6 +278,7 @@ impl Leases {
             return Admit::Store;
         }
         let outcome = held.admitted(held.left, hits, now);
+        let taken_at = held.taken_at;
         held.left -= hits;
         // The next block is fetched while a whole block's worth is left,
         // so it lands before this one is spent.
@@ -279,7 +287,7 @@ impl Leases {
         if low {
             self.ask_refill(lease, want);
         }
-        Admit::Local(outcome)
+        Admit::Local(outcome, taken_at)
     }
 
     /// Asks the background fetch for `lease`'s next block of up to `want`,
@@ -319,14 +327,37 @@ impl Leases {
         held.tat_us = outcome.tat_us;
     }
 
-    /// Puts back `hits` admitted from `id`'s block for a request that was
-    /// then refused as a whole (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`).
-    pub(super) fn restore(&self, id: &CounterId, spec: Spec, hits: u64) {
+    /// Puts back `hits` admitted from `id`'s block taken at `taken_at`, for
+    /// a request that was then refused as a whole
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`). They go back into the
+    /// block held only while it belongs to the same window or bucket (the
+    /// window may have turned while the request was in flight, and a newer
+    /// block was taken): else to the store, given back to the window they
+    /// were counted in, as a lapsed block's are. A GCRA block's cells go
+    /// back into the block held, whose TAT is the newest: they stay usable
+    /// only while it says so.
+    pub(super) fn restore(&self, id: &CounterId, spec: Spec, hits: u64, taken_at: UnixMillis) {
         let shard = self.shard(id).read();
         if let Some(lease) = find(&shard, id, spec) {
             let mut held = lease.held.lock();
-            held.left = held.left.saturating_add(hits);
+            if matches!(spec, Spec::Gcra(_)) || held.same_period(&spec, taken_at) {
+                held.left = held.left.saturating_add(hits);
+                return;
+            }
         }
+        if matches!(spec, Spec::Gcra(_)) {
+            // The lease is gone, and its TAT with it: nothing to compare a
+            // give-back against. The cells drain with the bucket.
+            return;
+        }
+        self.lapsed.lock().push(Unused {
+            id: id.clone(),
+            spec,
+            hits,
+            taken_at,
+            tat_us: 0,
+            token: 0,
+        });
     }
 
     /// What a hit of `hits` on `id`'s operation `spec` would be answered

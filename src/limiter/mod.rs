@@ -31,7 +31,7 @@ pub(crate) use options::RequestBounds;
 pub use options::{FailureMode, LimiterOptions};
 
 use crate::algorithm::Spec;
-use crate::clock::Clock;
+use crate::clock::{Clock, UnixMillis};
 use crate::config::SharedIndex;
 use crate::descriptor::Request;
 use crate::insight::TopRecorder;
@@ -164,9 +164,9 @@ impl<S: Store> Limiter<S> {
         let request_hits = u64::from(request.hits_addend.max(1));
         let mut slots: Vec<Pending> = Vec::with_capacity(plans.len());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
-        // Hits admitted from blocks (slot, identity, spec: to put back if
-        // the request is refused as a whole).
-        let mut locals: Vec<(usize, CounterId, Spec)> = Vec::new();
+        // Hits admitted from blocks (slot, identity, spec, when the block
+        // was taken: to put back if the request is refused as a whole).
+        let mut locals: Vec<(usize, CounterId, Spec, UnixMillis)> = Vec::new();
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
             else {
@@ -203,10 +203,10 @@ impl<S: Store> Limiter<S> {
                 if let Some(hit) = cached {
                     slot.outcome = Some(hit);
                     slot.cached = true;
-                } else if let Some(Admit::Local(outcome)) = admit {
+                } else if let Some(Admit::Local(outcome, taken_at)) = admit {
                     slot.outcome = Some(outcome);
                     if self.options.stop_when_over && candidate.is_none() {
-                        locals.push((slots.len(), op_id.clone(), spec));
+                        locals.push((slots.len(), op_id.clone(), spec, taken_at));
                     }
                 } else {
                     slot.sent = true;
@@ -214,7 +214,7 @@ impl<S: Store> Limiter<S> {
                     // fetch takes them), but its refused hits count nothing.
                     let lease = match admit {
                         Some(Admit::Store) => Some(0),
-                        Some(Admit::Local(_)) | None => None,
+                        Some(Admit::Local(..)) | None => None,
                     };
                     // The last operation of the descriptor takes the
                     // identity; only descriptors with several get copies.
@@ -323,9 +323,9 @@ impl<S: Store> Limiter<S> {
         {
             // Refused as a whole (`stop_when_over`): hits admitted from
             // blocks go back to them, as the store took its own back.
-            for (s, id, spec) in &locals {
+            for (s, id, spec, taken_at) in &locals {
                 if let Some(slot) = slots.get_mut(*s) {
-                    leases.restore(id, *spec, slot.hits);
+                    leases.restore(id, *spec, slot.hits, *taken_at);
                     if let Some(outcome) = &mut slot.outcome {
                         outcome.counted = false;
                         outcome.remaining = outcome.remaining.saturating_add(slot.hits);

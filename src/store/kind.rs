@@ -3,7 +3,8 @@
 
 use super::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 use super::{
-    Batch, CounterId, Fetch, MemcacheStore, MemoryStore, Op, RedisStore, Store, StoreError, Unused,
+    Batch, CounterId, Fetch, GivenBack, MemcacheStore, MemoryStore, Op, RedisStore, Settled, Store,
+    StoreError, Unused,
 };
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
@@ -202,9 +203,9 @@ impl Store for StoreKind {
         }
     }
 
-    async fn settle(&self, fetches: Vec<Fetch>) -> Result<Vec<(Fetch, Outcome)>, StoreError> {
+    async fn settle(&self, fetches: Vec<Fetch>) -> Settled {
         match self {
-            Self::Memory(_) | Self::Memcache(_) => Ok(Vec::new()),
+            Self::Memory(_) | Self::Memcache(_) => Settled::default(),
             Self::Redis {
                 main,
                 per_second: None,
@@ -213,19 +214,22 @@ impl Store for StoreKind {
                 main,
                 per_second: Some(second),
             } => {
+                // Each side settled on its own: one side unreachable leaves
+                // only its fetches unsettled, and what the other found is
+                // given back.
                 let (fast, slow): (Vec<Fetch>, Vec<Fetch>) =
                     fetches.into_iter().partition(|f| is_one_second(&f.op.spec));
-                let (mut found, slow_found) =
-                    tokio::try_join!(second.settle(fast), main.settle(slow))?;
-                found.extend(slow_found);
-                Ok(found)
+                let (mut settled, slow) = tokio::join!(second.settle(fast), main.settle(slow));
+                settled.found.extend(slow.found);
+                settled.unanswered.extend(slow.unanswered);
+                settled
             }
         }
     }
 
-    async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {
+    async fn give_back(&self, unused: Vec<Unused>) -> GivenBack {
         match self {
-            Self::Memory(_) | Self::Memcache(_) => Ok(Vec::new()),
+            Self::Memory(_) | Self::Memcache(_) => GivenBack::all(unused),
             Self::Redis {
                 main,
                 per_second: None,
@@ -236,10 +240,9 @@ impl Store for StoreKind {
             } => {
                 let (fast, slow): (Vec<Unused>, Vec<Unused>) =
                     unused.into_iter().partition(|u| is_one_second(&u.spec));
-                let (mut kept, slow_kept) =
-                    tokio::try_join!(second.give_back(fast), main.give_back(slow))?;
-                kept.extend(slow_kept);
-                Ok(kept)
+                let (mut given, slow) = tokio::join!(second.give_back(fast), main.give_back(slow));
+                given.extend(slow);
+                given
             }
         }
     }

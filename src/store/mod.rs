@@ -117,6 +117,51 @@ pub struct Unused {
     /// GCRA: the TAT the block left (`Outcome::tat_us`); it comes back
     /// only while the bucket's TAT is still this one.
     pub tat_us: u64,
+    /// Names this give-back (never 0): the store runs it at most once,
+    /// however often it is sent, so one whose answer never came is sent
+    /// again with the same token. A settled fetch's block is given back
+    /// under the fetch's own token, so settling it twice gives it back
+    /// once.
+    pub token: u64,
+}
+
+/// What [`Store::settle`] learned of fetches that failed.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// The fetches that ran, with what each took: to give back.
+    pub found: Vec<(Fetch, Outcome)>,
+    /// The fetches the store did not answer for: still unsettled (each may
+    /// yet take its block). The others ran, or never will.
+    pub unanswered: Vec<Fetch>,
+}
+
+/// What [`Store::give_back`] did with leases' unused hits.
+#[derive(Debug, Default)]
+pub struct GivenBack {
+    /// Given back (or their counter had expired: nothing left to give).
+    pub back: Vec<Unused>,
+    /// Kept counted: a GCRA bucket counted on since the block was taken.
+    pub kept: Vec<Unused>,
+    /// Not answered (Redis unreachable, or past `REDIS_TIMEOUT`): each may
+    /// or may not have run, and is sent again with its token.
+    pub unanswered: Vec<Unused>,
+}
+
+impl GivenBack {
+    /// Everything given back, as stores that keep no leases say.
+    pub fn all(unused: Vec<Unused>) -> Self {
+        Self {
+            back: unused,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `other`'s blocks to this one's.
+    pub fn extend(&mut self, other: Self) {
+        self.back.extend(other.back);
+        self.kept.extend(other.kept);
+        self.unanswered.extend(other.unanswered);
+    }
 }
 
 /// The answer for an operation whose hits were taken back: as if refused.
@@ -368,37 +413,22 @@ pub trait Store: Send + Sync + std::fmt::Debug {
 
     /// Settles fetches that failed ([`Store::fetch`]): each either took
     /// its block, returned here with the outcome it got (for the caller to
-    /// give back), or is kept from ever taking one. Settling a fetch twice
-    /// finds nothing the second time. Stores without leases have nothing
-    /// to settle.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the store cannot be reached: the fetches stay
-    /// unsettled.
-    fn settle(
-        &self,
-        fetches: Vec<Fetch>,
-    ) -> impl Future<Output = Result<Vec<(Fetch, Outcome)>, StoreError>> + Send {
+    /// give back under the fetch's token), or is kept from ever taking one.
+    /// Settling is idempotent: a settle whose answer was lost (it may have
+    /// run) is simply sent again, and finds the same block. Stores without
+    /// leases have nothing to settle.
+    fn settle(&self, fetches: Vec<Fetch>) -> impl Future<Output = Settled> + Send {
         let _ = fetches;
-        std::future::ready(Ok(Vec::new()))
+        std::future::ready(Settled::default())
     }
 
     /// Gives back the unused hits of leases' blocks, each to the window or
     /// bucket it was taken from (a counter that has expired since is left
-    /// alone, never recreated). Returns the blocks the store kept: a GCRA
-    /// block comes back only while its bucket's TAT is still the one it
-    /// left.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] when the store cannot be reached: the hits stay
-    /// counted until their window ends.
-    fn give_back(
-        &self,
-        unused: Vec<Unused>,
-    ) -> impl Future<Output = Result<Vec<Unused>, StoreError>> + Send {
-        let _ = unused;
-        std::future::ready(Ok(Vec::new()))
+    /// alone, never recreated), each at most once whatever number of times
+    /// its token is sent. A GCRA block comes back only while its bucket's
+    /// TAT is still the one it left. A store that cannot be reached leaves
+    /// the blocks unanswered, to send again.
+    fn give_back(&self, unused: Vec<Unused>) -> impl Future<Output = GivenBack> + Send {
+        std::future::ready(GivenBack::all(unused))
     }
 }

@@ -158,12 +158,13 @@ async fn a_gcra_block_comes_back_only_while_it_is_the_top_of_its_bucket() {
             .parse()
             .unwrap()
     };
-    let unused = |hits: u64, tat_us: u64| Unused {
+    let unused = |hits: u64, tat_us: u64, token: u64| Unused {
         id: id.clone(),
         spec,
         hits,
         taken_at: now,
         tat_us,
+        token,
     };
 
     // A block of 10 with the request's own hit: the TAT is 11 cells ahead.
@@ -172,20 +173,19 @@ async fn a_gcra_block_comes_back_only_while_it_is_the_top_of_its_bucket() {
     assert_eq!(tat(), first.tat_us);
     // One hit counted on top: the block stays, the TAT with it.
     run(1, None).await;
-    let kept = store
-        .give_back(vec![unused(10, first.tat_us)])
-        .await
-        .unwrap();
-    assert_eq!(kept, vec![unused(10, first.tat_us)]);
+    let given = store.give_back(vec![unused(10, first.tat_us, 1)]).await;
+    assert_eq!(given.kept, vec![unused(10, first.tat_us, 1)]);
     assert_eq!(tat(), now_us + 12 * 100_000);
     // A block on top of everything comes back, exactly.
     let second = run(0, Some(10)).await;
     assert_eq!((second.leased, second.tat_us), (10, now_us + 22 * 100_000));
-    let kept = store
-        .give_back(vec![unused(10, second.tat_us)])
-        .await
-        .unwrap();
-    assert_eq!(kept, Vec::new());
+    let given = store.give_back(vec![unused(10, second.tat_us, 2)]).await;
+    assert_eq!(given.back, vec![unused(10, second.tat_us, 2)]);
+    assert_eq!(tat(), now_us + 12 * 100_000);
+    // Sent again under its token (its answer lost, say), it changes
+    // nothing and answers as the first time did.
+    let again = store.give_back(vec![unused(10, second.tat_us, 2)]).await;
+    assert_eq!(again.back, vec![unused(10, second.tat_us, 2)]);
     assert_eq!(tat(), now_us + 12 * 100_000);
 
     // A request refused as a whole (another limit of it at 0): its own 2
@@ -215,11 +215,10 @@ async fn a_gcra_block_comes_back_only_while_it_is_the_top_of_its_bucket() {
     assert_eq!(outcomes[0].leased, 5);
     assert_eq!(outcomes[0].tat_us, now_us + 17 * 100_000);
     assert_eq!(tat(), now_us + 17 * 100_000);
-    let kept = store
-        .give_back(vec![unused(5, outcomes[0].tat_us)])
-        .await
-        .unwrap();
-    assert_eq!(kept, Vec::new());
+    let given = store
+        .give_back(vec![unused(5, outcomes[0].tat_us, 3)])
+        .await;
+    assert_eq!((given.kept.len(), given.unanswered.len()), (0, 0));
     assert_eq!(tat(), now_us + 12 * 100_000);
 }
 
@@ -438,7 +437,8 @@ async fn a_fetch_settled_before_it_ran_takes_nothing() {
         at: UnixMillis(START_MS),
     };
     // Settled first: nothing to find, and the fence is set.
-    assert!(store.settle(vec![fetch(1)]).await.unwrap().is_empty());
+    let settled = store.settle(vec![fetch(1)]).await;
+    assert!(settled.found.is_empty() && settled.unanswered.is_empty());
     // The fetch runs later and takes nothing.
     assert!(store.fetch(&[fetch(1)]).await.is_err());
     assert_eq!(
@@ -448,13 +448,16 @@ async fn a_fetch_settled_before_it_ran_takes_nothing() {
             .trim(),
         "0"
     );
-    // Another fetch takes its block; settling it finds the block once.
+    // Another fetch takes its block; settling it finds the block, and so
+    // does settling it again (a settle whose answer was lost is sent
+    // again): the block is given back under the fetch's token, once.
     let took = store.fetch(&[fetch(2)]).await.unwrap();
     assert_eq!(took[0].leased, 50);
-    let found = store.settle(vec![fetch(2)]).await.unwrap();
-    assert_eq!(found.len(), 1);
-    assert_eq!(found[0].1.leased, 50);
-    assert!(store.settle(vec![fetch(2)]).await.unwrap().is_empty());
+    for _ in 0..2 {
+        let found = store.settle(vec![fetch(2)]).await.found;
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].1.leased, 50);
+    }
     // The next fetch of a lease removes the fence of the one before it,
     // answered: a lease keeps one fence, not one per fetch.
     let exists = |token: u64| {

@@ -14,6 +14,7 @@ mod faults;
 mod hostile;
 mod insight;
 mod lease;
+mod lease_faults;
 mod lease_model;
 mod memcached;
 mod model;

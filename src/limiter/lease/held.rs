@@ -94,18 +94,28 @@ impl Held {
         (self.rate.saturating_mul(SPAN_MS) / 1_000).min(cap)
     }
 
-    /// Whether hits of the block held may be admitted at `now`, with
-    /// `margin_us` to spare (GCRA).
-    pub(super) fn usable(&self, spec: &Spec, now: UnixMillis, margin_us: u64) -> bool {
+    /// Whether `at` falls in the window (fixed) or every series' bucket
+    /// (sliding) of the block held: hits counted at `at` are counted where
+    /// the block's are. Never for the other algorithms.
+    pub(super) fn same_period(&self, spec: &Spec, at: UnixMillis) -> bool {
         match spec {
             Spec::FixedWindow { window, .. } => {
-                window.window_start(now) == window.window_start(self.taken_at)
+                window.window_start(at) == window.window_start(self.taken_at)
             }
             Spec::SlidingWindow(sw) => sw
                 .series()
                 .as_slice()
                 .iter()
-                .all(|s| s.current_start(now) == s.current_start(self.taken_at)),
+                .all(|s| s.current_start(at) == s.current_start(self.taken_at)),
+            Spec::Gcra(_) | Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
+        }
+    }
+
+    /// Whether hits of the block held may be admitted at `now`, with
+    /// `margin_us` to spare (GCRA).
+    pub(super) fn usable(&self, spec: &Spec, now: UnixMillis, margin_us: u64) -> bool {
+        match spec {
+            Spec::FixedWindow { .. } | Spec::SlidingWindow(_) => self.same_period(spec, now),
             Spec::Gcra(g) => {
                 now.0
                     .saturating_mul(1_000)

@@ -7,13 +7,23 @@ use crate::clock::UnixMillis;
 use crate::limiter::Limiter;
 use crate::metrics::lease::{Fate, LeaseMetrics};
 use crate::store::{Fetch, Op, Store, Unused};
+use std::collections::HashMap;
 use std::hash::BuildHasher as _;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// The background work runs at least this often (quiet descriptors).
 const TICK: Duration = Duration::from_millis(250);
+/// A give-back is sent again only this long after it was first sent: its
+/// fence, which keeps Redis from running it twice, lives at least as long
+/// after it ran (`FENCE_TTL_MS` in the Redis store).
+const FENCE_TTL: Duration = Duration::from_secs(30);
+/// At shutdown, what the store left unanswered is asked again this many
+/// times at most, [`RETRY_PAUSE`] apart (a Redis frozen for a second or
+/// two, restarting, failing over).
+const RETRIES_AT_SHUTDOWN: usize = 20;
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 impl Leases {
     /// The background work due at `now`: fetches the blocks asked for,
@@ -98,50 +108,94 @@ impl Leases {
                 self.count.fetch_sub(before - after, Ordering::Relaxed);
             }
         }
-        if !unused.is_empty() {
-            let (blocks, hits) = (unused.len() as u64, unused.iter().map(|u| u.hits).sum());
+        if !unused.is_empty() || !self.returning.lock().is_empty() {
             done += unused.len();
-            match store.give_back(unused).await {
-                Ok(kept) => {
-                    let kept_hits: u64 = kept.iter().map(|u| u.hits).sum();
-                    let kept_blocks = kept.len() as u64;
-                    metrics.record(Fate::GivenBack, blocks - kept_blocks, hits - kept_hits);
-                    metrics.record(Fate::Stranded, kept_blocks, kept_hits);
-                }
-                Err(_) => metrics.record(Fate::Stranded, blocks, hits),
-            }
+            self.give_back(store, unused, metrics).await;
         }
         done
     }
 
+    /// Gives back `unused` (each named by a token of its own, unless it
+    /// has one) and the give-backs the store left unanswered before (sent
+    /// again under their tokens: Redis runs each once). Each block's fate
+    /// is counted once the store answers for it; one still unanswered
+    /// [`FENCE_TTL`] after it was first sent is counted stranded, and never
+    /// sent again (its fence may have expired: sent again, it could run
+    /// twice).
+    async fn give_back<S: Store>(&self, store: &S, unused: Vec<Unused>, metrics: &LeaseMetrics) {
+        let started = Instant::now();
+        let mut first_sent: HashMap<u64, Instant> = HashMap::new();
+        let mut all = Vec::with_capacity(unused.len());
+        for (u, sent) in std::mem::take(&mut *self.returning.lock()) {
+            if started.saturating_duration_since(sent) >= FENCE_TTL {
+                metrics.record(Fate::Stranded, 1, u.hits);
+                continue;
+            }
+            first_sent.insert(u.token, sent);
+            all.push(u);
+        }
+        for mut u in unused {
+            if u.token == 0 {
+                u.token = self.token();
+            }
+            all.push(u);
+        }
+        let given = store.give_back(all).await;
+        let sum = |all: &[Unused]| (all.len() as u64, all.iter().map(|u| u.hits).sum());
+        let (blocks, hits) = sum(&given.back);
+        metrics.record(Fate::GivenBack, blocks, hits);
+        let (blocks, hits) = sum(&given.kept);
+        metrics.record(Fate::Stranded, blocks, hits);
+        self.returning
+            .lock()
+            .extend(given.unanswered.into_iter().map(|u| {
+                let sent = first_sent.get(&u.token).copied().unwrap_or(started);
+                (u, sent)
+            }));
+    }
+
     /// Settles the fetches that failed: a block one took after all joins
-    /// the lapsed ones, to be given back. Whether the store answered (or
-    /// there was nothing to settle).
+    /// the lapsed ones, to be given back under the fetch's token. Whether
+    /// the store answered for all of them (or there was nothing to
+    /// settle).
     async fn settle<S: Store>(&self, store: &S, metrics: &LeaseMetrics) -> bool {
         let pending = std::mem::take(&mut *self.unsettled.lock());
         if pending.is_empty() {
             return true;
         }
-        match store.settle(pending.clone()).await {
-            Ok(found) => {
-                let mut lapsed = self.lapsed.lock();
-                for (fetch, outcome) in found.into_iter().filter(|(_, o)| o.leased > 0) {
-                    metrics.record(Fate::Taken, 1, outcome.leased);
-                    lapsed.push(Unused {
-                        id: fetch.op.id,
-                        spec: fetch.op.spec,
-                        hits: outcome.leased,
-                        taken_at: fetch.at,
-                        tat_us: outcome.tat_us,
-                    });
-                }
-                true
-            }
-            Err(_) => {
-                self.unsettled.lock().extend(pending);
-                false
+        let settled = store.settle(pending).await;
+        {
+            let mut lapsed = self.lapsed.lock();
+            for (fetch, outcome) in settled.found.into_iter().filter(|(_, o)| o.leased > 0) {
+                metrics.record(Fate::Taken, 1, outcome.leased);
+                lapsed.push(Unused {
+                    id: fetch.op.id,
+                    spec: fetch.op.spec,
+                    hits: outcome.leased,
+                    taken_at: fetch.at,
+                    tat_us: outcome.tat_us,
+                    token: fetch.token,
+                });
             }
         }
+        let reachable = settled.unanswered.is_empty();
+        self.unsettled.lock().extend(settled.unanswered);
+        reachable
+    }
+
+    /// Whether fetches wait to be settled or give-backs to be answered.
+    fn unresolved(&self) -> bool {
+        !self.unsettled.lock().is_empty() || !self.returning.lock().is_empty()
+    }
+
+    /// At shutdown, once the store has been asked all it can be: the
+    /// give-backs it never answered are counted stranded (an upper bound:
+    /// some may have landed), and forgotten with the unsettled fetches.
+    fn abandon(&self, metrics: &LeaseMetrics) {
+        for (u, _) in std::mem::take(&mut *self.returning.lock()) {
+            metrics.record(Fate::Stranded, 1, u.hits);
+        }
+        self.unsettled.lock().clear();
     }
 
     /// A token for a fetch: unique to it, whatever instance sends it;
@@ -220,5 +274,15 @@ impl<S: Store> Limiter<S> {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.lease_step().await;
+        // Give-backs and settles the store did not answer (Redis frozen or
+        // restarting as the process stops) are sent again for a while.
+        for _ in 0..RETRIES_AT_SHUTDOWN {
+            if !leases.unresolved() {
+                break;
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+            self.lease_step().await;
+        }
+        leases.abandon(&self.metrics.lease);
     }
 }

@@ -6,12 +6,12 @@
 use super::RedisStore;
 use super::call::{is_noscript, load_scripts};
 use super::coalesce::{LaneError, LaneOp};
-use super::command::{Undo, algorithm_number, undo_cmd};
+use super::command::{Undo, algorithm_number, give_back_cmd, undo_cmd};
 use super::connection::{Connection, no_connection};
 use super::reply::{bad_reply, integers, noscript, outcome, reply_len};
 use crate::algorithm::Outcome;
 use crate::clock::UnixMillis;
-use crate::store::{Batch, Op, StoreError, Unused};
+use crate::store::{Batch, GivenBack, Op, StoreError, Unused};
 use redis::{RedisError, RedisResult};
 use tokio::time::{Instant, timeout_at};
 
@@ -82,32 +82,43 @@ impl RedisStore {
     }
 
     /// [`Store::give_back`] on Redis: every block's give-back in one round
-    /// trip; the blocks Redis kept (a GCRA bucket counted on since).
-    pub(super) async fn give_back_unused(
-        &self,
-        unused: Vec<Unused>,
-    ) -> Result<Vec<Unused>, StoreError> {
-        let (unused, undos): (Vec<Unused>, Vec<Undo>) = unused
-            .into_iter()
-            .filter(|u| u.hits > 0)
-            .filter_map(|u| Some((self.give_back_undo(&u)?, u)))
-            .map(|(undo, u)| (u, undo))
-            .unzip();
-        if undos.is_empty() {
-            return Ok(Vec::new());
+    /// trip, each fenced by its token (run once however often it is sent);
+    /// the blocks Redis kept (a GCRA bucket counted on since), and all of
+    /// them unanswered when the round trip fails.
+    pub(super) async fn give_back_unused(&self, unused: Vec<Unused>) -> GivenBack {
+        let mut sent = Vec::with_capacity(unused.len());
+        let mut cmds = Vec::with_capacity(unused.len());
+        let mut given = GivenBack::default();
+        for u in unused {
+            let fence = self.inner.keys.returned(&u.id, u.token);
+            let cmd = self
+                .give_back_undo(&u)
+                .filter(|_| u.hits > 0)
+                .and_then(|undo| Some((give_back_cmd(&fence, &undo, u.tat_us)?, undo)));
+            match cmd {
+                Some((cmd, undo)) => {
+                    cmds.push(cmd);
+                    sent.push((u, undo));
+                }
+                // Nothing to give back.
+                None => given.back.push(u),
+            }
         }
-        let cmds = unused
-            .iter()
-            .zip(&undos)
-            .map(|(u, undo)| undo_cmd(undo, u.tat_us))
-            .collect();
-        let replies = self.round_trip(cmds).await?;
-        Ok(unused
-            .into_iter()
-            .zip(undos.iter().zip(&replies))
-            .filter(|(_, (undo, reply))| undo.kept(reply))
-            .map(|(u, _)| u)
-            .collect())
+        if cmds.is_empty() {
+            return given;
+        }
+        let Ok(replies) = self.round_trip(cmds).await else {
+            given.unanswered.extend(sent.into_iter().map(|(u, _)| u));
+            return given;
+        };
+        for ((u, undo), reply) in sent.into_iter().zip(&replies) {
+            if undo.kept(reply) {
+                given.kept.push(u);
+            } else {
+                given.back.push(u);
+            }
+        }
+        given
     }
 }
 

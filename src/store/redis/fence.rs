@@ -11,9 +11,13 @@
 //! tag (one slot with its counter): `fetch.lua` takes the block only while
 //! the fence does not exist, and then keeps its reply there. A fetch that
 //! failed is settled on a later step by `settle.lua`, which reads the fence
-//! and leaves it empty: a fetch that ran is found there (its block given
-//! back), one that has not run never will. Redis runs each script whole, so
-//! whichever comes first, the block is either found or never taken.
+//! and, when it is not there, sets it empty: a fetch that ran is found
+//! there (its block given back), one that has not run never will. Redis
+//! runs each script whole, so whichever comes first, the block is either
+//! found or never taken. A settle changes nothing once the fence is there,
+//! so one whose answer was lost (it too past `REDIS_TIMEOUT`) is sent again
+//! and finds the same block; the block is given back under the fetch's
+//! token, which Redis runs once however often it is sent.
 //!
 //! The fence lives [`FENCE_TTL_MS`]: a fetch settled that long after it
 //! ran, or run that long after it was settled, is beyond it (Redis
@@ -27,7 +31,7 @@ use super::command::{algorithm_number, key_of, write_op};
 use super::reply::outcome;
 use super::scripts;
 use crate::algorithm::Outcome;
-use crate::store::{Fetch, StoreError};
+use crate::store::{Fetch, Settled, StoreError};
 
 /// How long a fence is kept, ms; see the module.
 pub(super) const FENCE_TTL_MS: u64 = 30_000;
@@ -52,14 +56,12 @@ impl RedisStore {
     }
 
     /// [`Store::settle`](crate::store::Store::settle) on Redis: each
-    /// fetch's fence read and left empty, in one round trip; the fetches
-    /// that ran, with what they took.
-    pub(super) async fn settle_fetches(
-        &self,
-        fetches: Vec<Fetch>,
-    ) -> Result<Vec<(Fetch, Outcome)>, StoreError> {
+    /// fetch's fence read (and set, when the fetch has not run, so that it
+    /// never will), in one round trip. The fence is left as it is found, so
+    /// a settle whose answer is lost is sent again and finds the same.
+    pub(super) async fn settle_fetches(&self, fetches: Vec<Fetch>) -> Settled {
         if fetches.is_empty() {
-            return Ok(Vec::new());
+            return Settled::default();
         }
         let cmds = fetches
             .iter()
@@ -72,17 +74,26 @@ impl RedisStore {
                 cmd
             })
             .collect();
-        let replies = self.counted_round_trip(cmds).await?;
-        let mut found = Vec::new();
+        let Ok(replies) = self.counted_round_trip(cmds).await else {
+            return Settled {
+                found: Vec::new(),
+                unanswered: fetches,
+            };
+        };
+        let mut settled = Settled::default();
         for (f, reply) in fetches.into_iter().zip(&replies) {
             if reply.is_empty() {
                 continue;
             }
             let algorithm = algorithm_number(&f.op, false);
-            let got = outcome(&f.op, algorithm, reply, f.at)?;
-            found.push((f, got));
+            match outcome(&f.op, algorithm, reply, f.at) {
+                Ok(got) => settled.found.push((f, got)),
+                // A fence that does not read as the fetch's reply (written
+                // by something else): asked again, never guessed.
+                Err(_) => settled.unanswered.push(f),
+            }
         }
-        Ok(found)
+        settled
     }
 
     /// [`RedisStore::round_trip`], each call counted as the lanes' are

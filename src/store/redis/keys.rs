@@ -101,6 +101,15 @@ impl Keys {
         key
     }
 
+    /// A lease give-back's fence: its reply, kept so that the give-back
+    /// `token`, sent again, changes nothing (see `give_back.lua`).
+    pub(crate) fn returned(&self, id: &CounterId, token: u64) -> String {
+        let mut key = self.tagged(id);
+        // Infallible: writing to a String cannot fail.
+        let _ = write!(key, "R{token:016x}");
+        key
+    }
+
     /// The theoretical arrival time of a GCRA limit.
     pub(crate) fn gcra(&self, id: &CounterId, interval_us: u64, burst: u64) -> String {
         let mut key = self.tagged(id);

@@ -31,7 +31,7 @@ mod slots;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
 
-use super::{Batch, Fetch, Outcome, Store, StoreError, Unused};
+use super::{Batch, Fetch, GivenBack, Outcome, Settled, Store, StoreError, Unused};
 use crate::clock::UnixMillis;
 use arc_swap::ArcSwapOption;
 use connection::{Connection, connect_pool, no_connection, open, sentinel_master};
@@ -347,11 +347,11 @@ impl Store for RedisStore {
         self.fetch_fenced(fetches).await
     }
 
-    async fn settle(&self, fetches: Vec<Fetch>) -> Result<Vec<(Fetch, Outcome)>, StoreError> {
+    async fn settle(&self, fetches: Vec<Fetch>) -> Settled {
         self.settle_fetches(fetches).await
     }
 
-    async fn give_back(&self, unused: Vec<Unused>) -> Result<Vec<Unused>, StoreError> {
+    async fn give_back(&self, unused: Vec<Unused>) -> GivenBack {
         self.give_back_unused(unused).await
     }
 }

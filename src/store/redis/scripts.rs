@@ -102,11 +102,27 @@ pub(crate) static FETCH: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static SETTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/settle.lua")));
 
+/// `scripts/give_back.lua`: a lease's unused hits given back at most once
+/// per token, with `take_back.lua` and `take_back_tat.lua` as functions.
+pub(crate) static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| {
+    let source = [
+        function("take_back", include_str!("scripts/take_back.lua")),
+        function("take_back_tat", include_str!("scripts/take_back_tat.lua")),
+        include_str!("scripts/give_back.lua").to_owned(),
+    ]
+    .concat();
+    Script::new(&source)
+});
+
+/// A script's source as a local function of `KEYS` and `ARGV`, to call
+/// from another script.
+fn function(name: &str, body: &str) -> String {
+    format!("local function {name}(KEYS, ARGV)\n{body}\nend\n")
+}
+
 /// A batch script: `header`, the algorithm scripts as functions, the
 /// loop over operations (`run`), then `main`.
 fn batch_script(header: &str, main: &str) -> Script {
-    let function =
-        |name: &str, body: &str| format!("local function {name}(KEYS, ARGV)\n{body}\nend\n");
     let source = [
         header.to_owned(),
         function("fixed_window", include_str!("scripts/fixed_window.lua")),
@@ -164,10 +180,11 @@ end
 ";
 
 /// Every script, for loading them all after a NOSCRIPT reply.
-pub(crate) fn all() -> [&'static Script; 8] {
+pub(crate) fn all() -> [&'static Script; 9] {
     [
         &TAKE_BACK,
         &TAKE_BACK_TAT,
+        &GIVE_BACK,
         &TAKE_BACK_LOG,
         &BATCH,
         &NODE_BATCH,

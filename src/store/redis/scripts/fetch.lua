@@ -10,7 +10,9 @@
 --          argument count, arguments
 --
 -- Reply: the operation's reply, also kept in the fence (its integers
--- joined by commas) for a settle that finds no answer came; an empty
+-- written in full with %d, joined by commas: table.concat would print a
+-- microsecond TAT with %.14g, rounded) for a settle that finds no answer
+-- came; an empty
 -- array, having written nothing, when the fence is already there (the
 -- fetch was settled as never run, so it may take nothing).
 if KEYS[3] then
@@ -20,5 +22,9 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   return {}
 end
 local reply = run({KEYS[1]}, 2)
-redis.call('SET', KEYS[2], table.concat(reply, ','), 'PX', ARGV[1])
+local written = {}
+for i = 1, #reply do
+  written[i] = string.format('%d', reply[i])
+end
+redis.call('SET', KEYS[2], table.concat(written, ','), 'PX', ARGV[1])
 return reply
