@@ -16,17 +16,26 @@
 //! - after every instance gives its blocks back, the store's count of each
 //!   window (fixed, sliding) is exactly the hits admitted in it, and a GCRA
 //!   bucket never has more room than the model says.
+//!
+//! With freezes (standalone): Redis is frozen (SIGSTOP) while an instance
+//! runs its background work, so its fetches, settles and give-backs miss
+//! `REDIS_TIMEOUT` and run when Redis wakes, at random points of the
+//! traffic. The properties above still hold, and, summed over every
+//! window the case crossed, Redis counts exactly the hits admitted plus
+//! the hits the metrics call stranded.
 
 use crate::model::{Model, fixed, gcra, sliding};
-use crate::support::backends::{Backend, cluster, redis_config, standalone};
+use crate::support::backends::{Backend, cluster, connected, redis_config, standalone};
 use crate::support::grpc::index;
+use crate::support::redis::RedisServer;
 use arc_swap::ArcSwap;
 use floodgate::{Code, Descriptor, Limiter, LimiterOptions, Request};
-use floodgate::{ManualClock, RedisConfig, RedisStore, StoreKind, UnixMillis};
+use floodgate::{ManualClock, RedisConfig, RedisMode, RedisStore, StoreKind, UnixMillis};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 const INSTANCES: usize = 3;
 /// Window lengths, seconds: long enough that no key expires (in real
@@ -55,6 +64,13 @@ enum Action {
     Work { at: usize },
     /// Nothing happens for a while (descriptors go quiet).
     Gap { advance_ms: u64 },
+    /// Redis is frozen while instance `at` runs its background work
+    /// `steps` times, `advance_ms` apart, then wakes and runs what was sent.
+    Freeze {
+        at: usize,
+        steps: u64,
+        advance_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -66,7 +82,7 @@ struct Case {
     actions: Vec<Action>,
 }
 
-fn case_gen() -> impl Strategy<Value = Case> {
+fn case_gen(freezes: bool) -> impl Strategy<Value = Case> {
     // Dense traffic (a hit every half millisecond or so, mostly on one
     // key) so that instances measure a rate worth blocks, background work
     // every few hits, and now and then a quiet gap.
@@ -77,6 +93,9 @@ fn case_gen() -> impl Strategy<Value = Case> {
         ),
         20 => (0..INSTANCES).prop_map(|at| Action::Work { at }),
         1 => (100u64..2_500).prop_map(|advance_ms| Action::Gap { advance_ms }),
+        u32::from(freezes) => (0..INSTANCES, 1u64..=2, 0u64..1_200).prop_map(
+            |(at, steps, advance_ms)| Action::Freeze { at, steps, advance_ms }
+        ),
     ];
     (
         prop_oneof![Just(Alg::Fixed), Just(Alg::Sliding), Just(Alg::Gcra)],
@@ -146,11 +165,19 @@ pub(crate) fn metric(limiter: &Limiter<StoreKind>, series: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// What a case runs on: the store, and the standalone server to freeze
+/// (freezes then make the instances' timeout `timeout`).
+struct Target<'a> {
+    backend: &'a Backend,
+    frozen: Option<(&'a RedisServer, Duration)>,
+}
+
 fn check(
     case: &Case,
-    backend: &Backend,
+    target: &Target<'_>,
     rt: &tokio::runtime::Runtime,
 ) -> Result<(), TestCaseError> {
+    let backend = target.backend;
     let StoreKind::Redis { main, .. } = &backend.store else {
         unreachable!("leases are tested on Redis");
     };
@@ -165,9 +192,11 @@ fn check(
     // same Redis and key prefix.
     let limiters: Vec<Limiter<StoreKind>> = (0..INSTANCES)
         .map(|_| {
+            let config = redis_config(main.config().mode, main.config().url.clone());
             let store = RedisStore::new(RedisConfig {
                 key_prefix: prefix.clone(),
-                ..redis_config(main.config().mode, main.config().url.clone())
+                timeout: target.frozen.map_or(config.timeout, |(_, t)| t),
+                ..config
             });
             rt.block_on(store.connect()).expect("redis reachable");
             Limiter::new(
@@ -243,6 +272,24 @@ fn check(
                 now += advance_ms;
                 clock.set(UnixMillis(now));
             }
+            Action::Freeze {
+                at,
+                steps,
+                advance_ms,
+            } => {
+                let Some((redis, _)) = target.frozen else {
+                    continue;
+                };
+                redis.pause();
+                for _ in 0..steps {
+                    now += advance_ms;
+                    clock.set(UnixMillis(now));
+                    rt.block_on(limiters[at].lease_step());
+                }
+                redis.resume();
+                // Answered once what was sent while frozen has run.
+                redis.cli(&["PING"]).expect("redis awake");
+            }
         }
     }
     for limiter in &limiters {
@@ -250,6 +297,35 @@ fn check(
         BLOCKS.fetch_add(
             metric(limiter, "ratelimit_lease_blocks_total{outcome=\"taken\"}"),
             Ordering::Relaxed,
+        );
+    }
+    if let Some((redis, _)) = target.frozen
+        && case.alg != Alg::Gcra
+    {
+        // Over every window crossed: what Redis counts beyond the hits
+        // admitted is exactly what the metrics call stranded.
+        let stranded: u64 = limiters
+            .iter()
+            .map(|l| metric(l, "ratelimit_lease_hits_total{outcome=\"stranded\"}"))
+            .sum();
+        let kind = if case.alg == Alg::Fixed { 'f' } else { 's' };
+        let mut counted = 0u64;
+        for key in 0..2 {
+            let pattern = format!("{prefix}{{m|k{key}=v}}{kind}*");
+            let keys = redis.cli(&["--raw", "KEYS", &pattern]).unwrap_or_default();
+            for name in keys.lines().filter(|l| !l.is_empty()) {
+                let value = redis.cli(&["--raw", "GET", name]).unwrap_or_default();
+                counted += value.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+        prop_assert_eq!(
+            counted,
+            admitted + stranded,
+            "Redis counts {} over all windows: {} admitted, {} stranded\n{}",
+            counted,
+            admitted,
+            stranded,
+            yaml(case)
         );
     }
     // Every block is back: the store counts what was admitted.
@@ -288,13 +364,25 @@ fn check(
 }
 
 fn run(backend: impl std::future::Future<Output = Backend>) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    let rt = runtime();
+    let backend = rt.block_on(backend);
+    let target = Target {
+        backend: &backend,
+        frozen: None,
+    };
+    run_cases(&target, false, &rt);
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    let backend = rt.block_on(backend);
-    // `MODEL_CASES`, as the model test.
+        .unwrap()
+}
+
+/// Runs `MODEL_CASES` cases (as the model test) on `target`.
+fn run_cases(target: &Target<'_>, freezes: bool, rt: &tokio::runtime::Runtime) {
     let cases = crate::model::cases();
     let mut runner = TestRunner::new(Config {
         cases,
@@ -302,13 +390,30 @@ fn run(backend: impl std::future::Future<Output = Backend>) {
         ..Config::default()
     });
     let before = BLOCKS.load(Ordering::Relaxed);
-    if let Err(err) = runner.run(&case_gen(), |case| check(&case, &backend, &rt)) {
+    if let Err(err) = runner.run(&case_gen(freezes), |case| check(&case, target, rt)) {
         panic!("{err}");
     }
     assert!(
         BLOCKS.load(Ordering::Relaxed) > before + 4 * u64::from(cases),
         "too few blocks taken for the cases to test leases"
     );
+}
+
+/// Redis frozen at random points while instances fetch, settle and give
+/// back (each frozen call past a 250 ms `REDIS_TIMEOUT`, run when Redis
+/// wakes): never over-admits, and Redis counts the hits admitted plus
+/// exactly those the metrics call stranded.
+#[test]
+fn leased_instances_never_over_admit_when_redis_freezes() {
+    let rt = runtime();
+    let redis = RedisServer::start();
+    let store = rt.block_on(connected(redis_config(RedisMode::Single, redis.addr())));
+    let backend = Backend::new(store, ());
+    let target = Target {
+        backend: &backend,
+        frozen: Some((&redis, Duration::from_millis(250))),
+    };
+    run_cases(&target, true, &rt);
 }
 
 #[test]
@@ -340,7 +445,11 @@ fn check_on_standalone(case: &Case) {
         .build()
         .unwrap();
     let backend = rt.block_on(standalone());
-    if let Err(err) = check(case, &backend, &rt) {
+    let target = Target {
+        backend: &backend,
+        frozen: None,
+    };
+    if let Err(err) = check(case, &target, &rt) {
         panic!("{err}");
     }
 }
