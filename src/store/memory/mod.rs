@@ -473,8 +473,8 @@ impl MemoryStore {
     }
 
     /// Writes a snapshot every interval until `shutdown`, then once more
-    /// (after the server drained its calls, so the last answers are in
-    /// it). Encoding and writing run on a blocking thread: answers never
+    /// (the server cancels it only once every listener has drained, so the
+    /// last answers are in it). Encoding and writing run on a blocking thread: answers never
     /// wait for the disk. A failed write is logged (once per interval at
     /// most) and counted, and the next interval tries again. Returns at
     /// once when snapshots are off.
