@@ -78,7 +78,7 @@ pub use shutdown::cancel_on_signal;
 pub use store::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 pub use store::{
     Batch, CounterId, Fetch, MemcacheConfig, MemcacheServers, MemcacheStore, MemcacheTls,
-    MemoryStore, Op, RedisConfig, RedisMode, RedisStore, RedisTls, SnapshotError, Store,
-    StoreError, StoreKind, Unused,
+    MemoryStore, Op, RedisConfig, RedisMode, RedisStore, RedisTls, SnapshotError, SnapshotRead,
+    Store, StoreError, StoreKind, Unused,
 };
 pub use telemetry::{TelemetryError, error_chain, init as init_logging};

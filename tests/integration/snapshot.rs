@@ -2,7 +2,8 @@
 //! every algorithm continue across SIGTERM; SIGKILL loses the hits of the
 //! last interval only; a file that is not a snapshot stops the start with
 //! an error naming it; a snapshot taken under other rules is read back
-//! harmlessly; a call answered during the drain is in the last snapshot.
+//! harmlessly; a call answered during the drain is in the last snapshot;
+//! under a smaller byte budget the most recently used counters come back.
 
 use crate::support::grpc::request;
 use crate::support::{free_port, poll_until, poll_until_async};
@@ -27,6 +28,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 10, algorithm: sliding_log}
   - key: gcra
     rate_limit: {unit: day, requests_per_unit: 10, algorithm: gcra}
+  - key: lru
+    rate_limit: {unit: day, requests_per_unit: 10}
 ";
 
 const KEYS: [&str; 4] = ["fixed", "sliding", "log", "gcra"];
@@ -70,8 +73,19 @@ impl Floodgate {
 
     /// Starts floodgate and waits until it answers.
     async fn start(rules: &Path, snapshot: &Path, interval: &str) -> Self {
+        Self::start_with(rules, snapshot, interval, &[]).await
+    }
+
+    /// [`Floodgate::start`] with more environment variables.
+    async fn start_with(
+        rules: &Path,
+        snapshot: &Path,
+        interval: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         let (grpc_port, http_port) = (free_port(), free_port());
         let child = Self::command(rules, snapshot, interval, grpc_port, http_port)
+            .envs(env.iter().copied())
             .spawn()
             .unwrap();
         let mut floodgate = Self {
@@ -132,6 +146,15 @@ impl Floodgate {
             .find_map(|l| {
                 l.strip_prefix("ratelimit_memory_store_snapshot_writes_total{result=\"ok\"} ")
             })
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// A gauge of `/metrics` (0 when absent).
+    fn gauge(&self, name: &str) -> u64 {
+        let text = http_get(self.http_port, "/metrics").unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|n| n.trim().parse().ok())
             .unwrap_or(0)
     }
@@ -448,4 +471,53 @@ async fn a_call_answered_during_the_drain_is_in_the_last_snapshot() {
     assert_eq!(second.hit("fixed", 0).await.statuses[0].limit_remaining, 6);
     assert_eq!(second.hit("fixed", 1).await.statuses[0].limit_remaining, 5);
     second.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_smaller_budget_the_most_recently_used_counters_come_back() {
+    const COLD: usize = 1_000;
+    const HOT: usize = 20;
+    let rules = rules_dir(RULES);
+    let data = tempfile::tempdir().unwrap();
+    let file = snapshot_file(&data);
+    let first = Floodgate::start(rules.path(), &file, "1h").await;
+    let mut client = first.client().await;
+    for i in 0..COLD {
+        hit_on(&mut client, "lru", &format!("cold-{i}"), 1).await;
+    }
+    for i in 0..HOT {
+        hit_on(&mut client, "lru", &format!("hot-{i}"), 2).await;
+    }
+    let bytes_per_counter = first.gauge("ratelimit_memory_store_bytes") / (COLD + HOT) as u64;
+    drop(client);
+    first.terminate();
+
+    // A budget of about 6 counters a shard (64 shards): about 400 of the
+    // 1020 fit. The 20 hot ones are the most recently used: every one
+    // comes back, whichever shards they land in (7 of 20 in one shard of
+    // 64 has odds of about one in a million).
+    let budget = (64 * 13 * bytes_per_counter / 2).to_string();
+    let second = Floodgate::start_with(
+        rules.path(),
+        &file,
+        "1h",
+        &[("MEMORY_STORE_MAX_BYTES", budget.as_str())],
+    )
+    .await;
+    let kept = second.gauge("ratelimit_memory_store_counters");
+    assert!(kept > 0 && kept < 600, "{kept} counters kept");
+    let mut client = second.client().await;
+    for i in 0..HOT {
+        let r = hit_on(&mut client, "lru", &format!("hot-{i}"), 0).await;
+        assert_eq!(r.statuses[0].limit_remaining, 8, "hot-{i} was dropped");
+    }
+    drop(client);
+    let stderr = second.terminate();
+    let read = stderr
+        .lines()
+        .find(|l| l.contains("memory store snapshot read"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(read.contains(&format!("counters={kept}")), "{read}");
+    let dropped = COLD + HOT - usize::try_from(kept).unwrap();
+    assert!(read.contains(&format!("dropped={dropped}")), "{read}");
 }
