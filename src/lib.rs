@@ -79,6 +79,6 @@ pub use store::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 pub use store::{
     Batch, CounterId, Fetch, GivenBack, MemcacheConfig, MemcacheServers, MemcacheStore,
     MemcacheTls, MemoryStore, Op, RedisConfig, RedisMode, RedisStore, RedisTls, Settled,
-    SnapshotError, Store, StoreError, StoreKind, Unused,
+    SnapshotError, SnapshotRead, Store, StoreError, StoreKind, Unused,
 };
 pub use telemetry::{TelemetryError, error_chain, init as init_logging};

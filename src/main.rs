@@ -191,9 +191,15 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             // empty would hand every caller a fresh quota. The operator
             // removes (or fixes) the file to start empty on purpose.
             match store.load_snapshot(floodgate::Clock::now(&SystemClock)) {
-                Ok(0) => {}
-                Ok(counters) => {
-                    tracing::info!(counters, "memory store snapshot read");
+                Ok(read) if read.kept == 0 && read.dropped == 0 => {}
+                // `counters` is what was restored; `dropped`, what the
+                // byte budget did not hold (the least recently used).
+                Ok(read) => {
+                    tracing::info!(
+                        counters = read.kept,
+                        dropped = read.dropped,
+                        "memory store snapshot read"
+                    );
                 }
                 Err(err) => {
                     eprintln!(

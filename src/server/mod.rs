@@ -6,7 +6,9 @@
 //! background work (`StoreKind::maintain`).
 //!
 //! Shutdown order: health turns NOT_SERVING, listeners stop accepting,
-//! in-flight requests drain within `shutdown_grace`, background tasks are
+//! in-flight requests drain within `shutdown_grace`, leased blocks are
+//! given back, then the store's own work ends (the embedded store writes
+//! its last snapshot, with every answer in it) and background tasks are
 //! cancelled and awaited.
 
 mod aged;
@@ -116,7 +118,10 @@ pub async fn serve_with_debug(
         limiter.store().is_ready(),
     );
     health.set_started(true).await;
-    spawn_background(&tracker, &limiter, &options, &health, &shutdown);
+    // Cancelled only once every listener has drained: the store's own work
+    // (the embedded store's last snapshot) must see the last answers.
+    let drained = CancellationToken::new();
+    spawn_background(&tracker, &limiter, &options, &health, &shutdown, &drained);
 
     // Both servers stop accepting only once health has been switched off,
     // so a load balancer polling health sees NOT_SERVING before connections
@@ -260,6 +265,7 @@ pub async fn serve_with_debug(
     // Requests have drained: the unused hits of leased blocks go back to
     // their windows before the store's connections close.
     limiter.give_back_leases().await;
+    drained.cancel();
     shutdown.cancel();
     tracker.close();
     tracker.wait().await;
@@ -294,13 +300,15 @@ fn spawn_listener(
     );
 }
 
-/// Background work owned by the server: every loop ends on `shutdown`.
+/// Background work owned by the server: every loop ends on `shutdown`,
+/// but the store's own, which ends on `drained`.
 fn spawn_background(
     tracker: &TaskTracker,
     limiter: &Arc<Limiter<StoreKind>>,
     options: &ServeOptions,
     health: &Health,
     shutdown: &CancellationToken,
+    drained: &CancellationToken,
 ) {
     if let Some(reload) = &options.reload {
         let watcher = Watcher::new(
@@ -338,9 +346,9 @@ fn spawn_background(
     }
     {
         let (store, clock) = (limiter.store().clone(), limiter.clock().clone());
-        let shutdown = shutdown.clone();
+        let drained = drained.clone();
         tracker.spawn(
-            async move { store.maintain(clock, shutdown).await }.instrument(info_span!("store")),
+            async move { store.maintain(clock, drained).await }.instrument(info_span!("store")),
         );
     }
     {

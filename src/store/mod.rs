@@ -14,7 +14,7 @@ pub(crate) mod rlqs;
 pub use identity::CounterId;
 pub use kind::StoreKind;
 pub use memcache::{MemcacheConfig, MemcacheServers, MemcacheStore, MemcacheTls};
-pub use memory::{MemoryStore, SnapshotError};
+pub use memory::{MemoryStore, SnapshotError, SnapshotRead};
 pub use redis::{RedisConfig, RedisMode, RedisStore, RedisTls};
 
 use crate::algorithm::{Outcome, Spec};

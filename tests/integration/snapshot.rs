@@ -2,7 +2,8 @@
 //! every algorithm continue across SIGTERM; SIGKILL loses the hits of the
 //! last interval only; a file that is not a snapshot stops the start with
 //! an error naming it; a snapshot taken under other rules is read back
-//! harmlessly.
+//! harmlessly; a call answered during the drain is in the last snapshot;
+//! under a smaller byte budget the most recently used counters come back.
 
 use crate::support::grpc::request;
 use crate::support::{free_port, poll_until, poll_until_async};
@@ -27,6 +28,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 10, algorithm: sliding_log}
   - key: gcra
     rate_limit: {unit: day, requests_per_unit: 10, algorithm: gcra}
+  - key: lru
+    rate_limit: {unit: day, requests_per_unit: 10}
 ";
 
 const KEYS: [&str; 4] = ["fixed", "sliding", "log", "gcra"];
@@ -70,8 +73,19 @@ impl Floodgate {
 
     /// Starts floodgate and waits until it answers.
     async fn start(rules: &Path, snapshot: &Path, interval: &str) -> Self {
+        Self::start_with(rules, snapshot, interval, &[]).await
+    }
+
+    /// [`Floodgate::start`] with more environment variables.
+    async fn start_with(
+        rules: &Path,
+        snapshot: &Path,
+        interval: &str,
+        env: &[(&str, &str)],
+    ) -> Self {
         let (grpc_port, http_port) = (free_port(), free_port());
         let child = Self::command(rules, snapshot, interval, grpc_port, http_port)
+            .envs(env.iter().copied())
             .spawn()
             .unwrap();
         let mut floodgate = Self {
@@ -110,18 +124,9 @@ impl Floodgate {
         RateLimitServiceClient::new(channel)
     }
 
-    /// One hit on `key=v` (or a check with `hits` 0).
-    async fn hit(&self, key: &str, hits: u32) -> RateLimitResponse {
-        let mut req = request("snap", &[&[(key, "v")]]);
-        if hits == 0 {
-            req.descriptors[0].hits_addend = Some(0);
-        }
-        self.client()
-            .await
-            .should_rate_limit(req)
-            .await
-            .unwrap()
-            .into_inner()
+    /// `hits` hits on `key=v` (a check when 0).
+    async fn hit(&self, key: &str, hits: u64) -> RateLimitResponse {
+        hit_on(&mut self.client().await, key, "v", hits).await
     }
 
     /// What remains of each rule's limit, checked without counting.
@@ -145,6 +150,15 @@ impl Floodgate {
             .unwrap_or(0)
     }
 
+    /// A gauge of `/metrics` (0 when absent).
+    fn gauge(&self, name: &str) -> u64 {
+        let text = http_get(self.http_port, "/metrics").unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// SIGTERM, then waits for the exit; returns stderr.
     fn terminate(self) -> String {
         self.signal("-TERM")
@@ -155,12 +169,22 @@ impl Floodgate {
         self.signal("-KILL")
     }
 
-    fn signal(mut self, sig: &str) -> String {
+    fn signal(self, sig: &str) -> String {
+        self.send(sig);
+        self.wait_exit(sig)
+    }
+
+    /// Sends `sig` and returns at once.
+    fn send(&self, sig: &str) {
         let status = Command::new("kill")
             .args([sig, &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
+    }
+
+    /// Waits for the exit after `sig`; returns stderr (what was not taken).
+    fn wait_exit(mut self, sig: &str) -> String {
         let exited = poll_until(Duration::from_secs(20), Duration::from_millis(20), || {
             self.child.try_wait().unwrap().map(|_| true)
         });
@@ -187,6 +211,18 @@ impl Drop for Floodgate {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `hits` hits on `key=value` through `client` (a check when 0).
+async fn hit_on(
+    client: &mut RateLimitServiceClient<Channel>,
+    key: &str,
+    value: &str,
+    hits: u64,
+) -> RateLimitResponse {
+    let mut req = request("snap", &[&[(key, value)]]);
+    req.descriptors[0].hits_addend = Some(hits);
+    client.should_rate_limit(req).await.unwrap().into_inner()
 }
 
 fn http_get(port: u16, path: &str) -> std::io::Result<String> {
@@ -346,4 +382,142 @@ descriptors:
     let fresh = second.hit("fresh", 1).await;
     assert_eq!(fresh.statuses[0].limit_remaining, 1);
     second.terminate();
+}
+
+/// The lines floodgate writes to stderr, read as they come.
+fn stderr_lines(floodgate: &mut Floodgate) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let stderr = floodgate.child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Ends when floodgate exits (end of the pipe).
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits (at most 20 s) for a line containing `text`.
+fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, text: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) => {
+                if line.contains(text) {
+                    return;
+                }
+                seen.push(line);
+            }
+            Err(_) => break,
+        }
+    }
+    panic!("no line with {text:?} in {seen:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_answered_during_the_drain_is_in_the_last_snapshot() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let rules = rules_dir(RULES);
+    let data = tempfile::tempdir().unwrap();
+    let file = snapshot_file(&data);
+    let mut first = Floodgate::start(rules.path(), &file, "1h").await;
+    for _ in 0..3 {
+        first.hit("fixed", 1).await;
+    }
+    let lines = stderr_lines(&mut first);
+    // A `POST /json` whose handler is reading its body: hyper answers
+    // `100 Continue` when the body is first read, so the call is in flight
+    // before the signal.
+    let body = r#"{"domain":"snap","descriptors":[{"entries":[{"key":"fixed","value":"v"}]}]}"#;
+    let mut call = tokio::net::TcpStream::connect(("127.0.0.1", first.http_port))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /json HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    call.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = Vec::new();
+    while !interim.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8];
+        call.read_exact(&mut byte).await.unwrap();
+        interim.push(byte[0]);
+    }
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&interim)
+    );
+    let (sent, rest) = body.split_at(body.len() / 2);
+    call.write_all(sent.as_bytes()).await.unwrap();
+    first.send("-TERM");
+    // The rest of the body only once the drain has begun.
+    wait_for_line(&lines, "shutdown started");
+    call.write_all(rest.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    call.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""limitRemaining":6"#), "{answer}");
+    wait_for_line(&lines, "memory store snapshot written at shutdown");
+    first.wait_exit("-TERM");
+
+    // The drained call was counted: after the restart 4 of 10 are used.
+    let second = Floodgate::start(rules.path(), &file, "1h").await;
+    assert_eq!(second.hit("fixed", 0).await.statuses[0].limit_remaining, 6);
+    assert_eq!(second.hit("fixed", 1).await.statuses[0].limit_remaining, 5);
+    second.terminate();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_smaller_budget_the_most_recently_used_counters_come_back() {
+    const COLD: usize = 1_000;
+    const HOT: usize = 20;
+    let rules = rules_dir(RULES);
+    let data = tempfile::tempdir().unwrap();
+    let file = snapshot_file(&data);
+    let first = Floodgate::start(rules.path(), &file, "1h").await;
+    let mut client = first.client().await;
+    for i in 0..COLD {
+        hit_on(&mut client, "lru", &format!("cold-{i}"), 1).await;
+    }
+    for i in 0..HOT {
+        hit_on(&mut client, "lru", &format!("hot-{i}"), 2).await;
+    }
+    let bytes_per_counter = first.gauge("ratelimit_memory_store_bytes") / (COLD + HOT) as u64;
+    drop(client);
+    first.terminate();
+
+    // A budget of about 6 counters a shard (64 shards): about 400 of the
+    // 1020 fit. The 20 hot ones are the most recently used: every one
+    // comes back, whichever shards they land in (7 of 20 in one shard of
+    // 64 has odds of about one in a million).
+    let budget = (64 * 13 * bytes_per_counter / 2).to_string();
+    let second = Floodgate::start_with(
+        rules.path(),
+        &file,
+        "1h",
+        &[("MEMORY_STORE_MAX_BYTES", budget.as_str())],
+    )
+    .await;
+    let kept = second.gauge("ratelimit_memory_store_counters");
+    assert!(kept > 0 && kept < 600, "{kept} counters kept");
+    let mut client = second.client().await;
+    for i in 0..HOT {
+        let r = hit_on(&mut client, "lru", &format!("hot-{i}"), 0).await;
+        assert_eq!(r.statuses[0].limit_remaining, 8, "hot-{i} was dropped");
+    }
+    drop(client);
+    let stderr = second.terminate();
+    let read = stderr
+        .lines()
+        .find(|l| l.contains("memory store snapshot read"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(read.contains(&format!("counters={kept}")), "{read}");
+    let dropped = COLD + HOT - usize::try_from(kept).unwrap();
+    assert!(read.contains(&format!("dropped={dropped}")), "{read}");
 }

@@ -167,6 +167,10 @@ impl State {
 pub(super) struct Entry {
     pub(super) state: State,
     pub(super) expires_at: UnixMillis,
+    /// When it was last used: its shard's LRU order is only the order
+    /// within the shard, so a snapshot keeps this to replay the counters
+    /// of every shard oldest first.
+    pub(super) used_at: UnixMillis,
     /// What this counter is charged against the budget.
     pub(super) bytes: usize,
 }

@@ -74,6 +74,16 @@ struct SnapshotCounters {
     last_written_ms: AtomicU64,
 }
 
+/// What [`MemoryStore::load_snapshot`] read back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotRead {
+    /// Counters restored.
+    pub kept: usize,
+    /// Counters read but evicted at once: the byte budget holds only the
+    /// most recently used.
+    pub dropped: usize,
+}
+
 /// In-process counter store; clones share the same counters.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
@@ -255,8 +265,10 @@ impl MemoryStore {
         let slot = shard.map.get_or_insert_mut(key, || Entry {
             state: State::new(spec),
             expires_at: now,
+            used_at: now,
             bytes: 0,
         });
+        slot.used_at = now;
         let outcome = slot.apply(spec, hits, now, refuse_over);
         let new = charge(key_len, &slot.state);
         let old = std::mem::replace(&mut slot.bytes, new);
@@ -288,6 +300,7 @@ impl MemoryStore {
                             .unwrap_or_else(|| Entry {
                                 state: State::new(&op.spec),
                                 expires_at: now,
+                                used_at: now,
                                 bytes: 0,
                             });
                         copies.push((key, copy));
@@ -437,20 +450,28 @@ impl MemoryStore {
             .sum())
     }
 
-    /// Reads the snapshot file back, when snapshots are on and the file
-    /// exists: every counter whose window has not ended at `now` continues
-    /// where it stood (within the byte budget); returns how many.
+    /// Reads the snapshot files back, when snapshots are on and they exist:
+    /// every counter whose window has not ended at `now` continues where
+    /// it stood, within the byte budget.
+    ///
+    /// The counters of all the files are replayed least recently used
+    /// first (each file's shard is not the counter's shard in this
+    /// process, whose hasher is keyed afresh), so a shard over its share
+    /// evicts the oldest, and each shard keeps exactly the most recently
+    /// used of its counters that fit, as its LRU would have. Counters used
+    /// in the same millisecond in different files replay in file order.
+    /// All the files are decoded before the first counter is inserted.
     ///
     /// # Errors
     ///
     /// [`SnapshotError`] naming the file when it cannot be read or is not
     /// a whole snapshot (floodgate then refuses to start: starting empty
     /// would hand every caller a fresh quota).
-    pub fn load_snapshot(&self, now: UnixMillis) -> Result<usize, SnapshotError> {
+    pub fn load_snapshot(&self, now: UnixMillis) -> Result<SnapshotRead, SnapshotError> {
         let Some(config) = &self.inner.snapshot else {
-            return Ok(0);
+            return Ok(SnapshotRead::default());
         };
-        let mut restored = 0;
+        let mut entries = Vec::new();
         for i in 0..SHARDS {
             let path = snapshot::part_path(&config.path, i);
             let bytes = match std::fs::read(&path) {
@@ -458,23 +479,31 @@ impl MemoryStore {
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(source) => return Err(SnapshotError::Io { path, source }),
             };
-            let entries = snapshot::decode(&bytes, now, &path)?;
-            restored += entries.len();
-            for (id, kind, mut entry) in entries {
-                let new = charge(id.as_str().len(), &entry.state);
-                entry.bytes = new;
-                let (key, shard) = self.key(id, kind);
-                let mut shard = shard.lock();
-                let old = shard.map.put(key, entry).map_or(0, |old| old.bytes);
-                self.account(&mut shard, old, new);
-            }
+            entries.extend(snapshot::decode(&bytes, now, &path)?);
         }
-        Ok(restored)
+        // Stable: each file's own order (its shard's exact LRU order) is
+        // kept, and `decode` made its times non-decreasing.
+        entries.sort_by_key(|(_, _, entry)| entry.used_at);
+        let before = self.len();
+        let read = entries.len();
+        for (id, kind, mut entry) in entries {
+            let new = charge(id.as_str().len(), &entry.state);
+            entry.bytes = new;
+            let (key, shard) = self.key(id, kind);
+            let mut shard = shard.lock();
+            let old = shard.map.put(key, entry).map_or(0, |old| old.bytes);
+            self.account(&mut shard, old, new);
+        }
+        let kept = self.len().saturating_sub(before);
+        Ok(SnapshotRead {
+            kept,
+            dropped: read.saturating_sub(kept),
+        })
     }
 
     /// Writes a snapshot every interval until `shutdown`, then once more
-    /// (after the server drained its calls, so the last answers are in
-    /// it). Encoding and writing run on a blocking thread: answers never
+    /// (the server cancels it only once every listener has drained, so the
+    /// last answers are in it). Encoding and writing run on a blocking thread: answers never
     /// wait for the disk. A failed write is logged (once per interval at
     /// most) and counted, and the next interval tries again. Returns at
     /// once when snapshots are off.

@@ -2,15 +2,21 @@
 //! interval and at shutdown, and read back at start, so a restart (a
 //! deploy) does not hand every caller a fresh quota.
 //!
-//! The file: `FGSNAP01`, the time it was written (ms), the number of
+//! The file: `FGSNAP02`, the time it was written (ms), the number of
 //! counters, each counter, then an XXH3-64 checksum of everything before
 //! it. Integers are little-endian. A counter is its identity (length,
 //! escaped text, candidate flag), its kind (fixed window with its length
 //! and start, sliding window, sliding log, GCRA with its interval and
-//! burst), its expiry (ms) and its state (a fixed window's count, a
-//! sliding window's buckets, a log's timestamps, a GCRA's theoretical
-//! arrival time). Counters go least recently used first, so reading them
-//! back in order restores the eviction order too.
+//! burst), its expiry (ms), when it was last used (ms) and its state (a
+//! fixed window's count, a sliding window's buckets, a log's timestamps,
+//! a GCRA's theoretical arrival time). Counters go least recently used
+//! first. A file's order is its shard's only: the last-used times order
+//! the counters of all the files, so that a restore under a smaller
+//! budget keeps the most recently used (see `MemoryStore::load_snapshot`).
+//!
+//! `FGSNAP01` files, written by earlier versions, are the same without
+//! the last-used time and are still read: their counters count as used
+//! when the file was written, in the file's order.
 //!
 //! One such file per shard of the store: `MEMORY_STORE_SNAPSHOT_PATH` for
 //! the first, `<path>.1` … `<path>.63` beside it. Writing: each shard that
@@ -20,7 +26,7 @@
 //! fsynced, so a crash leaves each file's previous version or its new one,
 //! never a torn file; shards that did not change are not written again
 //! (under a hot load, a few files a second, not the whole store).
-//! Reading refuses anything that is not a whole snapshot of this version
+//! Reading refuses anything that is not a whole snapshot of either version
 //! (wrong magic, short, checksum mismatch, impossible lengths), and drops
 //! the counters whose window ended while floodgate was down.
 
@@ -33,8 +39,13 @@ use crate::clock::UnixMillis;
 use crate::store::CounterId;
 use std::path::{Path, PathBuf};
 
-/// The first bytes of every snapshot, the format's version included.
-const MAGIC: &[u8; 8] = b"FGSNAP01";
+/// The first bytes of every snapshot written, the format's version
+/// included.
+const MAGIC: &[u8; 8] = b"FGSNAP02";
+
+/// The first bytes of a snapshot of the previous version (no last-used
+/// times), still read.
+const MAGIC_V1: &[u8; 8] = b"FGSNAP01";
 
 /// Bounds a damaged or foreign file cannot make floodgate exceed while
 /// reading it (a real counter is far below each).
@@ -96,6 +107,7 @@ pub(super) fn encode_entry(out: &mut Vec<u8>, key: &EntryKey, entry: &Entry) -> 
         CounterKind::Concurrency => out.push(4),
     }
     put_u64(out, entry.expires_at.0);
+    put_u64(out, entry.used_at.0);
     match &entry.state {
         State::Fixed(counter) => {
             put_u64(out, counter.window_start_secs);
@@ -157,7 +169,7 @@ pub(super) fn concatenated(header: &[u8], images: &[&[u8]]) -> Vec<u8> {
 }
 
 /// Reads a snapshot: every counter whose window has not ended by `now`,
-/// least recently used first.
+/// least recently used first, their last-used times non-decreasing.
 ///
 /// # Errors
 ///
@@ -171,9 +183,11 @@ pub(super) fn decode(
         path: path.to_owned(),
         reason,
     };
-    if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
-        return Err(invalid("it does not start with FGSNAP01"));
-    }
+    let has_used_at = match bytes.get(..MAGIC.len()) {
+        Some(magic) if magic == MAGIC => true,
+        Some(magic) if magic == MAGIC_V1 => false,
+        _ => return Err(invalid("it does not start with FGSNAP02 or FGSNAP01")),
+    };
     let (body, sum) = bytes
         .split_last_chunk::<8>()
         .ok_or_else(|| invalid("it is cut short"))?;
@@ -186,9 +200,13 @@ pub(super) fn decode(
         rest: body.get(MAGIC.len()..).unwrap_or_default(),
     };
     let short = || invalid("a counter is cut short");
-    let _written_at = r.u64().ok_or_else(short)?;
+    let written_at = UnixMillis(r.u64().ok_or_else(short)?);
     let count = r.u64().ok_or_else(short)?;
     let mut entries = Vec::new();
+    // The order of the file is its shard's exact LRU order: a time that
+    // went back (a clock stepped back) is raised to the one before it, so
+    // sorting by time never reorders a file.
+    let mut last_used = UnixMillis(0);
     for _ in 0..count {
         let id_len = usize::try_from(r.u32().ok_or_else(short)?).unwrap_or(usize::MAX);
         if id_len > MAX_ID_BYTES {
@@ -212,6 +230,12 @@ pub(super) fn decode(
             _ => return Err(invalid("a counter has an unknown kind")),
         };
         let expires_at = UnixMillis(r.u64().ok_or_else(short)?);
+        let used_at = if has_used_at {
+            UnixMillis(r.u64().ok_or_else(short)?)
+        } else {
+            written_at
+        };
+        last_used = last_used.max(used_at);
         let state = match kind {
             CounterKind::Fixed { .. } => State::Fixed(Counter {
                 window_start_secs: r.u64().ok_or_else(short)?,
@@ -267,6 +291,7 @@ pub(super) fn decode(
                 Entry {
                     state,
                     expires_at,
+                    used_at: last_used,
                     bytes: 0,
                 },
             ));
