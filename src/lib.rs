@@ -73,7 +73,7 @@ pub use server::{
     StatsExport, TlsOptions, explain_json, serve, serve_with_debug,
 };
 pub use settings::reference as settings_reference;
-pub use settings::{BackendType, Env, ServeArgs, Settings, SettingsError};
+pub use settings::{BackendType, DurationError, Env, ServeArgs, Settings, SettingsError};
 pub use shutdown::cancel_on_signal;
 pub use store::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 pub use store::{

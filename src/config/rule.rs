@@ -117,7 +117,11 @@ pub enum Policy {
     /// all of one algorithm, all enforced); never empty.
     Limited(Vec<Limit>),
     /// `unlimited: true`: never limited, never counted.
-    Unlimited,
+    Unlimited {
+        /// `requests_per_unit` as written (0 when absent): never enforced,
+        /// only shown by `/rlconfig`, as the reference shows it.
+        requests_per_unit: u32,
+    },
 }
 
 /// One level of the config path leading to a rule: the node matched there.

@@ -137,7 +137,7 @@ impl<S: Store> Limiter<S> {
             }
             Lookup::NoMatch => Plan::NoLimit,
             Lookup::Matched(matched) => match &matched.rule.policy {
-                Policy::Unlimited => Plan::Unlimited {
+                Policy::Unlimited { .. } => Plan::Unlimited {
                     replaces: &matched.rule.replaces,
                 },
                 Policy::Limited(limits) if limits.is_empty() => Plan::NoLimit,

@@ -438,3 +438,19 @@ async fn lease_on_the_embedded_store_changes_nothing() {
     assert_eq!(explained.descriptors[0].windows[0].count, 5);
     assert_eq!(explained.descriptors[0].windows[0].lease, None);
 }
+
+/// With `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, a refused request counts
+/// nothing, so the hits that fit still pass; the reference adds the refused
+/// hits and refuses them too (docs/compatibility.md).
+#[tokio::test]
+async fn stop_increment_counts_nothing_for_a_refused_request() {
+    let (l, _clock) = limiter_with(LimiterOptions {
+        stop_when_over: true,
+        ..LimiterOptions::default()
+    });
+    let refused = ask(&l, vec![with_hits(one("minute", "a"), 3)]).await;
+    assert_eq!(refused.overall_code, Code::OverLimit);
+    let after = ask(&l, vec![with_hits(one("minute", "a"), 2)]).await;
+    assert_eq!(after.overall_code, Code::Ok);
+    assert_eq!(after.statuses[0].limit_remaining, 0);
+}

@@ -58,7 +58,7 @@ pub(crate) fn decide(
     };
     let rule = found.rule;
     let limits = match &rule.policy {
-        Policy::Unlimited => {
+        Policy::Unlimited { .. } => {
             return Decision::Blanket {
                 strategy: Strategy::AllowAll,
                 reason: "unlimited",

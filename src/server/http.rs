@@ -273,11 +273,15 @@ async fn rlconfig(State(state): State<AppState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text)
 }
 
-/// The `/rlconfig` lines of one rule: one per limit (a rule with
-/// `rate_limits` has several). Unlimited rules say `unlimited` where a limit
-/// would be; floodgate's extensions (`unit_multiplier`, `algorithm`, `burst`)
-/// are appended only when they differ from the reference's behaviour.
+/// The `/rlconfig` lines of one rule, each the reference's text to the
+/// letter: an unlimited rule is `unit=UNKNOWN` with the `requests_per_unit`
+/// written, and `name`, `replaces`, `detailed_metric` and `value_to_metric`
+/// show nowhere, as in the reference. Only rules the reference cannot have
+/// say more, after its text: one line per limit of `rate_limits`, then
+/// `unit_multiplier`, `algorithm` and `burst` where they are not the
+/// reference's behaviour.
 fn rlconfig_lines(text: &mut String, rule: &Rule) {
+    let key = &rule.full_key;
     let flags = format!(
         ", shadow_mode: {}, quota_mode: {}",
         rule.shadow_mode, rule.quota_mode
@@ -286,27 +290,26 @@ fn rlconfig_lines(text: &mut String, rule: &Rule) {
     match &rule.policy {
         Policy::Limited(limits) => {
             for limit in limits {
-                let _ = write!(
-                    text,
-                    "{}: unit={} requests_per_unit={}",
-                    rule.full_key,
-                    crate::descriptor::Unit::proto_name(limit.unit),
-                    limit.requests_per_unit
-                );
+                let unit = crate::descriptor::Unit::proto_name(limit.unit);
+                let rpu = limit.requests_per_unit;
+                let _ = write!(text, "{key}: unit={unit} requests_per_unit={rpu}{flags}");
                 if limit.unit_multiplier.get() != 1 {
-                    let _ = write!(text, " unit_multiplier={}", limit.unit_multiplier);
+                    let _ = write!(text, ", unit_multiplier: {}", limit.unit_multiplier);
                 }
                 if limit.algorithm != Algorithm::FixedWindow {
-                    let _ = write!(text, " algorithm={}", limit.algorithm.as_str());
+                    let _ = write!(text, ", algorithm: {}", limit.algorithm.as_str());
                 }
                 if let Some(burst) = limit.burst {
-                    let _ = write!(text, " burst={burst}");
+                    let _ = write!(text, ", burst: {burst}");
                 }
-                let _ = writeln!(text, "{flags}");
+                text.push('\n');
             }
         }
-        Policy::Unlimited => {
-            let _ = writeln!(text, "{}: unlimited{flags}", rule.full_key);
+        Policy::Unlimited { requests_per_unit } => {
+            let _ = writeln!(
+                text,
+                "{key}: unit=UNKNOWN requests_per_unit={requests_per_unit}{flags}"
+            );
         }
     }
 }

@@ -95,7 +95,7 @@ pub(super) fn memcache_config<'a>(
             vars::memcache_max_idle_conns.name,
             2,
         )?,
-        timeout: duration(
+        timeout: timeout(
             None,
             get(vars::memcache_timeout.name),
             vars::memcache_timeout.name,

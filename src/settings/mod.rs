@@ -23,9 +23,10 @@ pub(crate) use flags::TracingExporterProtocol;
 pub use flags::{BackendType, ServeArgs};
 pub(crate) use flags::{OnStoreError, RedisType, RlqsUnmatched};
 pub(crate) use flags::{RlqsArgs, StoreArgs};
+pub use parse::DurationError;
 pub(crate) use parse::parse_duration;
 use parse::{
-    addr_from_env, boolean, choice, duration, number, parse_listen_addr, pick, runtime_dir,
+    addr_from_env, boolean, choice, duration, number, parse_listen_addr, pick, runtime_dir, timeout,
 };
 pub(crate) use redis::RedisSettings;
 use redis::redis_config;
@@ -117,6 +118,18 @@ pub enum SettingsError {
         value: String,
         /// What was expected.
         expected: &'static str,
+    },
+    /// A duration variable holds what Go's `time.ParseDuration` refuses, or
+    /// a negative duration.
+    #[error("environment variable {var}='{value}' is not a duration floodgate takes")]
+    InvalidDuration {
+        /// Variable name.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// Why.
+        #[source]
+        source: DurationError,
     },
     /// Two settings that exclude each other are both on.
     #[error("{reason}")]
@@ -350,6 +363,12 @@ impl Settings {
             vars::config_poll_interval.name,
             crate::config::DEFAULT_POLL_INTERVAL,
         )?;
+        if poll_interval.is_zero() {
+            return Err(SettingsError::Invalid {
+                setting: vars::config_poll_interval.name.to_owned(),
+                reason: "must be more than 0".to_owned(),
+            });
+        }
 
         let store_args = &args.store_args;
         let failure_mode = choice(
@@ -525,13 +544,17 @@ impl Settings {
                     get(vars::grpc_max_connection_age.name),
                     vars::grpc_max_connection_age.name,
                     Duration::from_secs(24 * 3_600),
-                )?),
+                )?)
+                // 0 is no limit, as grpc-go reads it.
+                .filter(|age| !age.is_zero()),
                 max_connection_age_grace: Some(duration(
                     args.grpc_max_connection_age_grace,
                     get(vars::grpc_max_connection_age_grace.name),
                     vars::grpc_max_connection_age_grace.name,
                     Duration::from_secs(3_600),
-                )?),
+                )?)
+                // 0 is no limit, as grpc-go reads it.
+                .filter(|age| !age.is_zero()),
                 healthy_only_with_rules: flag(
                     args.healthy_with_at_least_one_config_loaded,
                     vars::healthy_with_at_least_one_config_loaded.name,

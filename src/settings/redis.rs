@@ -136,7 +136,7 @@ pub(super) fn redis_config<'a>(
             v.op_timeout.name,
             Duration::ZERO,
         )? {
-            Duration::ZERO => duration(
+            Duration::ZERO => timeout(
                 flag_of(args.redis_timeout),
                 get(v.timeout.name),
                 v.timeout.name,
@@ -144,7 +144,7 @@ pub(super) fn redis_config<'a>(
             )?,
             op_timeout => op_timeout,
         },
-        connect_timeout: duration(
+        connect_timeout: timeout(
             flag_of(args.redis_connect_timeout),
             get(v.connect_timeout.name),
             v.connect_timeout.name,

@@ -351,7 +351,8 @@ mod tests {
             )
             .unwrap_err();
             assert!(
-                matches!(&err, SettingsError::InvalidEnv { var: v, .. } if *v == var),
+                matches!(&err, SettingsError::InvalidEnv { var: v, .. }
+                    | SettingsError::InvalidDuration { var: v, .. } if *v == var),
                 "{err}"
             );
         }

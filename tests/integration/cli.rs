@@ -333,3 +333,23 @@ fn a_redis_never_reached_stops_the_process_after_the_startup_time() {
         "{stderr}"
     );
 }
+
+/// A duration Go's `time.ParseDuration` refuses stops `serve` before it
+/// binds, the error naming the variable and why.
+#[test]
+fn a_duration_go_refuses_stops_serve_naming_the_variable() {
+    let out = serve_on_any_port(repo("examples/config"))
+        .env_clear()
+        .env("BACKEND_TYPE", "redis")
+        .env("REDIS_TIMEOUT", "1d")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "environment variable REDIS_TIMEOUT='1d' is not a duration floodgate takes: unknown unit 'd'"
+        ),
+        "{stderr}"
+    );
+}

@@ -140,7 +140,7 @@ async fn rlconfig_lists_one_line_per_rule() {
     assert_eq!(
         r.body,
         "edge.user: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n\
-         edge.free: unlimited, shadow_mode: false, quota_mode: false\n\
+         edge.free: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n\
          edge.shadow: unit=HOUR requests_per_unit=1, shadow_mode: true, quota_mode: false\n"
     );
     let health = get(server.http_addr, "/healthcheck").await;

@@ -249,7 +249,9 @@ pub(super) fn check_rate_limit(
         return None;
     }
     let policy = if unlimited {
-        Policy::Unlimited
+        Policy::Unlimited {
+            requests_per_unit: rate_limit.requests_per_unit.unwrap_or(0),
+        }
     } else {
         Policy::Limited(vec![Limit {
             name: name.filter(|name| !name.is_empty()).map(Arc::from),

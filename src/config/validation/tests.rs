@@ -166,7 +166,7 @@ fn zero_requests_per_unit_is_valid() {
     let rule = index.rules().next().unwrap();
     match &rule.policy {
         Policy::Limited(limits) => assert_eq!(limits[0].requests_per_unit, 0),
-        Policy::Unlimited => panic!("unlimited"),
+        Policy::Unlimited { .. } => panic!("unlimited"),
     }
 }
 
@@ -303,7 +303,7 @@ fn example_config_loads_into_the_expected_rules() {
                 Policy::Limited(limits) => {
                     format!("{}/{}", limits[0].requests_per_unit, limits[0].unit)
                 }
-                Policy::Unlimited => "unlimited".to_owned(),
+                Policy::Unlimited { .. } => "unlimited".to_owned(),
             };
             let mut line = format!("{} {policy}", rule.full_key);
             if rule.shadow_mode {

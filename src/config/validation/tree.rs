@@ -137,7 +137,7 @@ pub(super) fn add_descriptors(
         let rule = checked.map(|(policy, replaces)| Rule {
             specs: match &policy {
                 Policy::Limited(limits) => crate::config::specs(limits),
-                Policy::Unlimited => Vec::new(),
+                Policy::Unlimited { .. } => Vec::new(),
             },
             full_key: full_key.clone(),
             policy,

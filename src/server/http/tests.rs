@@ -154,9 +154,8 @@ fn durations_use_proto3_json_text() {
     assert_eq!(duration_text(Duration::from_nanos(5)), "0.000000005s");
 }
 
-#[test]
-fn rlconfig_lines_follow_the_reference_format() {
-    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    shadow_mode: true\n  - key: b\n    value: x\n    rate_limit: {unlimited: true}\n  - key: c\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 2, unit_multiplier: 10}\n  - key: e\n    rate_limits:\n      - {unit: second, requests_per_unit: 10, algorithm: gcra, burst: 3}\n      - {unit: hour, requests_per_unit: 100, algorithm: gcra}\n";
+/// `/rlconfig` of `yaml`'s rules, line by line.
+fn rlconfig_of(yaml: &str) -> Vec<String> {
     let index = load_sources(
         &[Source {
             name: "d.yaml".into(),
@@ -169,15 +168,80 @@ fn rlconfig_lines_follow_the_reference_format() {
     for rule in index.rules() {
         rlconfig_lines(&mut text, rule);
     }
-    let lines: Vec<&str> = text.lines().collect();
+    text.lines().map(str::to_owned).collect()
+}
+
+/// Every rule shape the reference has prints its `dump()` line to the
+/// letter: `<full_key>: unit=<UNIT> requests_per_unit=<n>, shadow_mode:
+/// <bool>, quota_mode: <bool>`, nothing else.
+#[test]
+fn rlconfig_prints_the_reference_line_of_every_reference_shape() {
+    let shapes = [
+        (
+            "- key: plain\n  rate_limit: {unit: minute, requests_per_unit: 5}",
+            "d.plain: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false",
+        ),
+        (
+            "- key: foo\n  value: bay\n  rate_limit: {unlimited: true}",
+            "d.foo_bay: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false",
+        ),
+        (
+            "- key: free\n  rate_limit: {unlimited: true, requests_per_unit: 7}",
+            "d.free: unit=UNKNOWN requests_per_unit=7, shadow_mode: false, quota_mode: false",
+        ),
+        (
+            "- key: shadow\n  shadow_mode: true\n  rate_limit: {unit: second, requests_per_unit: 1}",
+            "d.shadow: unit=SECOND requests_per_unit=1, shadow_mode: true, quota_mode: false",
+        ),
+        (
+            "- key: quota\n  quota_mode: true\n  rate_limit: {unit: day, requests_per_unit: 2}",
+            "d.quota: unit=DAY requests_per_unit=2, shadow_mode: false, quota_mode: true",
+        ),
+        (
+            "- key: named\n  rate_limit: {name: n, unit: hour, requests_per_unit: 3, replaces: [{name: other}]}",
+            "d.named: unit=HOUR requests_per_unit=3, shadow_mode: false, quota_mode: false",
+        ),
+        (
+            "- key: detailed\n  detailed_metric: true\n  rate_limit: {unit: week, requests_per_unit: 4}",
+            "d.detailed: unit=WEEK requests_per_unit=4, shadow_mode: false, quota_mode: false",
+        ),
+        (
+            "- key: metric\n  value_to_metric: true\n  rate_limit: {unit: month, requests_per_unit: 6}",
+            "d.metric: unit=MONTH requests_per_unit=6, shadow_mode: false, quota_mode: false",
+        ),
+        (
+            "- key: path\n  value: files*\n  share_threshold: true\n  rate_limit: {unit: year, requests_per_unit: 8}",
+            "d.path_files*: unit=YEAR requests_per_unit=8, shadow_mode: false, quota_mode: false",
+        ),
+        (
+            "- key: outer\n  value: o\n  descriptors:\n    - key: inner\n      rate_limit: {unit: second, requests_per_unit: 9}",
+            "d.outer_o.inner: unit=SECOND requests_per_unit=9, shadow_mode: false, quota_mode: false",
+        ),
+    ];
+    for (descriptors, line) in shapes {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n{}\n",
+            descriptors
+                .lines()
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        assert_eq!(rlconfig_of(&yaml), vec![line.to_owned()], "{yaml}");
+    }
+}
+
+/// Rules only floodgate has keep the reference's text first and say the
+/// rest after it.
+#[test]
+fn rlconfig_says_floodgates_extensions_after_the_reference_text() {
+    let yaml = "domain: d\ndescriptors:\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 2, unit_multiplier: 10}\n  - key: e\n    rate_limits:\n      - {unit: second, requests_per_unit: 10, algorithm: gcra, burst: 3}\n      - {unit: hour, requests_per_unit: 100, algorithm: gcra}\n";
     assert_eq!(
-        lines,
+        rlconfig_of(yaml),
         vec![
-            "d.a: unit=MINUTE requests_per_unit=5, shadow_mode: true, quota_mode: false",
-            "d.b_x: unlimited, shadow_mode: false, quota_mode: false",
-            "d.c: unit=SECOND requests_per_unit=2 unit_multiplier=10, shadow_mode: false, quota_mode: true",
-            "d.e: unit=SECOND requests_per_unit=10 algorithm=gcra burst=3, shadow_mode: false, quota_mode: false",
-            "d.e: unit=HOUR requests_per_unit=100 algorithm=gcra, shadow_mode: false, quota_mode: false",
+            "d.c: unit=SECOND requests_per_unit=2, shadow_mode: false, quota_mode: false, unit_multiplier: 10",
+            "d.e: unit=SECOND requests_per_unit=10, shadow_mode: false, quota_mode: false, algorithm: gcra, burst: 3",
+            "d.e: unit=HOUR requests_per_unit=100, shadow_mode: false, quota_mode: false, algorithm: gcra",
         ]
     );
 }

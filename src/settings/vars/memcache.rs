@@ -47,7 +47,7 @@ pub(crate) const memcache_timeout: Var = Var {
     name: "MEMCACHE_TIMEOUT",
     flag: "",
     default: "`500ms` (the reference client's)",
-    doc: "Deadline of one request's memcached calls; a floodgate extension",
+    doc: "Deadline of one request's memcached calls; `0`: none; a floodgate extension",
 };
 
 /// `memcache_tls`.

@@ -223,7 +223,7 @@ pub(crate) const grpc_max_connection_age: Var = Var {
     name: "GRPC_MAX_CONNECTION_AGE",
     flag: "grpc-max-connection-age",
     default: "`24h`",
-    doc: "A gRPC connection older than this is sent GOAWAY (calls in flight finish), so clients spread over new instances",
+    doc: "A gRPC connection older than this is sent GOAWAY (calls in flight finish), so clients spread over new instances; `0`: never, as in grpc-go",
 };
 
 /// `grpc_max_connection_age_grace`.
@@ -231,7 +231,7 @@ pub(crate) const grpc_max_connection_age_grace: Var = Var {
     name: "GRPC_MAX_CONNECTION_AGE_GRACE",
     flag: "grpc-max-connection-age-grace",
     default: "`1h`",
-    doc: "After GOAWAY, how long calls in flight may take before the connection is closed",
+    doc: "After GOAWAY, how long calls in flight may take before the connection is closed; `0`: as long as they take, as in grpc-go",
 };
 
 /// `grpc_server_use_tls`.

@@ -47,7 +47,7 @@ pub(crate) const config_poll_interval: Var = Var {
     name: "CONFIG_POLL_INTERVAL",
     flag: "config-poll-interval",
     default: "`250ms`",
-    doc: "How often the rule directory is checked for changes, e.g. `250ms`",
+    doc: "How often the rule directory is checked for changes, e.g. `250ms`; more than `0`",
 };
 
 /// `healthy_with_at_least_one_config_loaded`.

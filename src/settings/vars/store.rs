@@ -87,7 +87,7 @@ pub(crate) const redis_timeout: Var = Var {
     name: "REDIS_TIMEOUT",
     flag: "redis-timeout",
     default: "`100ms`",
-    doc: "Deadline of one request's Redis round trip",
+    doc: "Deadline of one request's Redis round trip; `0`: none, as in the reference",
 };
 
 /// `redis_op_timeout`.
@@ -103,7 +103,7 @@ pub(crate) const redis_connect_timeout: Var = Var {
     name: "REDIS_CONNECT_TIMEOUT",
     flag: "redis-connect-timeout",
     default: "`1s`",
-    doc: "Deadline of one Redis connection attempt",
+    doc: "Deadline of one Redis connection attempt; `0`: none",
 };
 
 /// `redis_startup_initial_interval`.
@@ -287,7 +287,7 @@ pub(crate) const redis_persecond_timeout: Var = Var {
     name: "REDIS_PERSECOND_TIMEOUT",
     flag: "",
     default: "`100ms`",
-    doc: "Longest wait for one call to the per-second Redis",
+    doc: "Longest wait for one call to the per-second Redis; `0`: none",
 };
 
 /// `redis_persecond_op_timeout`.
@@ -303,7 +303,7 @@ pub(crate) const redis_persecond_connect_timeout: Var = Var {
     name: "REDIS_PERSECOND_CONNECT_TIMEOUT",
     flag: "",
     default: "`1s`",
-    doc: "Longest wait to connect to the per-second Redis",
+    doc: "Longest wait to connect to the per-second Redis; `0`: none",
 };
 
 /// `redis_socket_type`.
