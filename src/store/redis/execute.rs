@@ -6,8 +6,9 @@
 use super::RedisStore;
 use super::call::{is_noscript, load_scripts};
 use super::coalesce::{LaneError, LaneOp};
-use super::command::{Undo, algorithm_number, give_back_cmd, undo_cmd};
+use super::command::{Undo, algorithm_number, undo_cmd};
 use super::connection::{Connection, no_connection};
+use super::fence::give_back_cmd;
 use super::reply::{bad_reply, integers, noscript, outcome, reply_len};
 use crate::algorithm::Outcome;
 use crate::clock::UnixMillis;

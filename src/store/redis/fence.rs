@@ -27,7 +27,7 @@
 //! not one per fetch of the last 30 s.
 
 use super::RedisStore;
-use super::command::{algorithm_number, key_of, write_op};
+use super::command::{Undo, algorithm_number, key_of, write_op};
 use super::reply::outcome;
 use super::scripts;
 use crate::algorithm::Outcome;
@@ -123,4 +123,33 @@ impl RedisStore {
         write_op(&mut cmd, algorithm, &op);
         cmd
     }
+}
+
+/// The fenced script call that gives back a lease's unused hits once
+/// (`give_back.lua`), however often it is sent under `fence`; `tat_us` is
+/// the TAT the block left (for [`Undo::Tat`]). `None` for an undo a lease
+/// never gives (a log's members).
+pub(super) fn give_back_cmd(fence: &str, undo: &Undo, tat_us: u64) -> Option<redis::Cmd> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(scripts::GIVE_BACK.get_hash());
+    match undo {
+        Undo::Tat { key, amount } => {
+            cmd.arg(2)
+                .arg(fence)
+                .arg(key.as_str())
+                .arg(FENCE_TTL_MS)
+                .arg("tat")
+                .arg(*amount)
+                .arg(tat_us);
+        }
+        Undo::Decrement { keys, amount } => {
+            cmd.arg(1 + keys.len()).arg(fence);
+            for key in keys {
+                cmd.arg(key.as_str());
+            }
+            cmd.arg(FENCE_TTL_MS).arg("count").arg(*amount);
+        }
+        Undo::Members { .. } => return None,
+    }
+    Some(cmd)
 }
