@@ -19,6 +19,7 @@ mod http;
 mod metadata;
 mod options;
 mod tls;
+mod uds;
 
 use crate::config::Watcher;
 use crate::limiter::Limiter;
@@ -193,8 +194,12 @@ pub async fn serve_with_debug(
             // Settings refuse TLS on a unix socket (GRPC_UDS), as a peer on
             // the same host needs none; served plaintext if asked anyway.
             (GrpcListener::Unix(listener), _) => {
-                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener)
-                    .map(move |unix| unix.map(|io| aged::Aged::new(io, lifetime)));
+                // Header blocks re-encoded, so that every client stack's
+                // authority is served (see uds.rs).
+                let incoming =
+                    tokio_stream::wrappers::UnixListenerStream::new(listener).map(move |unix| {
+                        unix.map(|io| aged::Aged::new(uds::Rewritten::new(io), lifetime))
+                    });
                 Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
             }
         };

@@ -14,4 +14,5 @@ mod http;
 mod reload;
 mod snapshot;
 mod tls;
+mod uds;
 mod xds;

@@ -23,7 +23,7 @@ pub(crate) const grpc_uds: Var = Var {
     name: "GRPC_UDS",
     flag: "grpc-uds",
     default: "(none: gRPC on TCP)",
-    doc: "Serve gRPC on this unix domain socket instead of {grpc_host}:{grpc_port} (a stale socket file there is replaced); not with TLS",
+    doc: "Serve gRPC on this unix domain socket instead of {grpc_host}:{grpc_port} (a stale socket file there is replaced; clients of every gRPC stack are served, whatever `:authority` they send); not with TLS",
 };
 
 /// `host`.
