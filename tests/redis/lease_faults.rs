@@ -6,10 +6,11 @@
 //! back, and what the lease metrics say.
 
 use crate::lease_model::metric;
+use crate::support::backends::redis_config;
 use crate::support::grpc::index;
-use crate::support::redis::RedisServer;
+use crate::support::redis::{RedisCluster, RedisServer};
 use floodgate::{Code, Descriptor, Limiter, LimiterOptions, ManualClock, Request};
-use floodgate::{RedisConfig, RedisStore, StoreKind, UnixMillis};
+use floodgate::{RedisConfig, RedisMode, RedisStore, StoreKind, UnixMillis};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,10 +33,70 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 800, lease: true}
 ";
 
+/// Where a test's counters live: a server, or a Cluster of its own (frozen
+/// whole).
+enum Target {
+    Single(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Target {
+    fn single() -> Self {
+        Self::Single(RedisServer::start())
+    }
+
+    fn cluster() -> Self {
+        Self::Cluster(RedisCluster::start(3))
+    }
+
+    fn servers(&self) -> &[RedisServer] {
+        match self {
+            Self::Single(server) => std::slice::from_ref(server),
+            Self::Cluster(cluster) => &cluster.nodes,
+        }
+    }
+
+    fn pause(&self) {
+        self.servers().iter().for_each(RedisServer::pause);
+    }
+
+    fn resume(&self) {
+        self.servers().iter().for_each(RedisServer::resume);
+    }
+
+    /// A store's configuration, its `REDIS_TIMEOUT` 100 ms. One connection
+    /// (per node): what is sent while Redis is frozen runs in the order it
+    /// was sent once it wakes.
+    fn config(&self) -> RedisConfig {
+        let config = match self {
+            Self::Single(server) => RedisConfig::single(server.addr()),
+            Self::Cluster(cluster) => redis_config(RedisMode::Cluster, cluster.seeds()),
+        };
+        RedisConfig {
+            pool_size: 1,
+            timeout: Duration::from_millis(100),
+            ..config
+        }
+    }
+
+    /// The integer at `key` (0 when there is none).
+    fn read(&self, key: &str) -> u64 {
+        let [first, ..] = self.servers() else {
+            unreachable!("a target has a server")
+        };
+        first
+            .cli(&["-c", "--raw", "GET", key])
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
+}
+
 /// A limiter on `main` (and `per_second` for one-second limits, with a
 /// timeout of `per_second_timeout`), its clock at [`START_MS`].
 async fn limiter(
-    main: &RedisServer,
+    main: &Target,
     per_second: Option<(&RedisServer, Duration)>,
     options: LimiterOptions,
 ) -> (Limiter<StoreKind>, ManualClock) {
@@ -44,13 +105,7 @@ async fn limiter(
         store.connect().await.expect("redis reachable");
         store
     };
-    // One connection: what is sent while Redis is frozen runs in the order
-    // it was sent once it wakes.
-    let main = connect(RedisConfig {
-        pool_size: 1,
-        ..RedisConfig::single(main.addr())
-    })
-    .await;
+    let main = connect(main.config()).await;
     let per_second = match per_second {
         Some((redis, timeout)) => Some(
             connect(RedisConfig {
@@ -110,15 +165,6 @@ fn stranded_hits(limiter: &Limiter<StoreKind>) -> u64 {
     metric(limiter, "ratelimit_lease_hits_total{outcome=\"stranded\"}")
 }
 
-fn read(redis: &RedisServer, key: &str) -> u64 {
-    redis
-        .cli(&["--raw", "GET", key])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap_or(0)
-}
-
 /// Waits (at most 2 s, in real time: Redis runs what was queued as soon
 /// as it wakes) until `done` holds.
 async fn until(mut done: impl FnMut() -> bool, what: &str) {
@@ -139,14 +185,23 @@ async fn until(mut done: impl FnMut() -> bool, what: &str) {
 /// stayed counted until its window ended, and no metric said so.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settle_answered_too_late_is_sent_again_and_finds_the_block() {
-    let redis = RedisServer::start();
-    let (limiter, clock) = limiter(&redis, None, LimiterOptions::default()).await;
+    settle_answered_too_late(&Target::single()).await;
+}
+
+/// The same on a Cluster, every node frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_settle_answered_too_late_is_sent_again() {
+    settle_answered_too_late(&Target::cluster()).await;
+}
+
+async fn settle_answered_too_late(redis: &Target) {
+    let (limiter, clock) = limiter(redis, None, LimiterOptions::default()).await;
     let key = "{d|k=v}f60:1700000040";
     // A rate to size a block by; the hits at +10 ms find no block and ask
     // for one.
     let mut admitted = hit(&limiter, &clock, START_MS, "k", 100).await;
     admitted += hit(&limiter, &clock, START_MS + 10, "k", 100).await;
-    assert_eq!(read(&redis, key), admitted);
+    assert_eq!(redis.read(key), admitted);
 
     redis.pause();
     // The fetch, then its settle: both past the timeout.
@@ -154,18 +209,14 @@ async fn a_settle_answered_too_late_is_sent_again_and_finds_the_block() {
     limiter.lease_step().await;
     assert_eq!(blocks(&limiter, "taken"), 0);
     redis.resume();
-    until(|| read(&redis, key) > admitted, "the late fetch ran").await;
+    until(|| redis.read(key) > admitted, "the late fetch ran").await;
 
     limiter.lease_step().await;
-    assert_eq!(
-        read(&redis, key),
-        admitted,
-        "the late block is still counted"
-    );
+    assert_eq!(redis.read(key), admitted, "the late block is still counted");
     assert_eq!(blocks(&limiter, "taken"), 1);
     assert_eq!(blocks(&limiter, "given_back"), 1);
     limiter.give_back_leases().await;
-    assert_eq!(read(&redis, key), admitted);
+    assert_eq!(redis.read(key), admitted);
     assert_eq!(stranded_hits(&limiter), 0);
 }
 
@@ -175,8 +226,17 @@ async fn a_settle_answered_too_late_is_sent_again_and_finds_the_block() {
 /// stranded, and Redis counts exactly the hits admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_that_lands_late_is_counted_given_back_once() {
-    let redis = RedisServer::start();
-    let (limiter, clock) = limiter(&redis, None, LimiterOptions::default()).await;
+    give_back_lands_late(&Target::single()).await;
+}
+
+/// The same on a Cluster, every node frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_give_back_that_lands_late_is_counted_once() {
+    give_back_lands_late(&Target::cluster()).await;
+}
+
+async fn give_back_lands_late(redis: &Target) {
+    let (limiter, clock) = limiter(redis, None, LimiterOptions::default()).await;
     let key = "{d|k=v}f60:1700000040";
     let mut admitted = hit(&limiter, &clock, START_MS, "k", 100).await;
     admitted += hit(&limiter, &clock, START_MS + 10, "k", 100).await;
@@ -186,13 +246,13 @@ async fn a_give_back_that_lands_late_is_counted_given_back_once() {
     admitted += hit(&limiter, &clock, START_MS + 20, "k", 10).await;
     // The next block those asked for, taken while Redis answers.
     limiter.lease_step().await;
-    assert!(read(&redis, key) > admitted, "no block held");
+    assert!(redis.read(key) > admitted, "no block held");
     clock.set(UnixMillis(START_MS + 2_000));
 
     redis.pause();
     limiter.lease_step().await;
     redis.resume();
-    until(|| read(&redis, key) == admitted, "the late give-back ran").await;
+    until(|| redis.read(key) == admitted, "the late give-back ran").await;
     assert_eq!(
         stranded_hits(&limiter),
         0,
@@ -202,9 +262,9 @@ async fn a_give_back_that_lands_late_is_counted_given_back_once() {
     // Sent again: answered, and not run twice.
     limiter.lease_step().await;
     assert_eq!(blocks(&limiter, "given_back"), 1);
-    assert_eq!(read(&redis, key), admitted);
+    assert_eq!(redis.read(key), admitted);
     limiter.give_back_leases().await;
-    assert_eq!(read(&redis, key), admitted);
+    assert_eq!(redis.read(key), admitted);
     assert_eq!(stranded_hits(&limiter), 0);
     assert_eq!(blocks(&limiter, "stranded"), 0);
 }
@@ -216,13 +276,13 @@ async fn a_give_back_that_lands_late_is_counted_given_back_once() {
 /// rounded and the block was kept.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_gcra_block_is_given_back_exactly() {
-    let redis = RedisServer::start();
+    let redis = Target::single();
     let (limiter, clock) = limiter(&redis, None, LimiterOptions::default()).await;
     let tat_key = "{d|g=v}g857:70000";
     // 201 cells: the TAT ends in 43 µs, which `%.14g` would round off.
     hit(&limiter, &clock, START_MS, "g", 100).await;
     hit(&limiter, &clock, START_MS + 10, "g", 101).await;
-    let before = read(&redis, tat_key);
+    let before = redis.read(tat_key);
     assert_ne!(before % 100, 0);
     assert!(
         before > (START_MS + 10) * 1_000,
@@ -232,14 +292,14 @@ async fn a_late_gcra_block_is_given_back_exactly() {
     redis.pause();
     limiter.lease_step().await;
     redis.resume();
-    until(|| read(&redis, tat_key) > before, "the late fetch ran").await;
+    until(|| redis.read(tat_key) > before, "the late fetch ran").await;
 
     limiter.lease_step().await;
     assert_eq!(blocks(&limiter, "taken"), 1);
     assert_eq!(blocks(&limiter, "given_back"), 1);
     assert_eq!(blocks(&limiter, "stranded"), 0);
     assert_eq!(
-        read(&redis, tat_key),
+        redis.read(tat_key),
         before,
         "the block's cells stay counted"
     );
@@ -256,7 +316,7 @@ async fn a_late_gcra_block_is_given_back_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hits_of_a_refused_request_go_back_to_their_own_window() {
     const LIMIT: u64 = 800;
-    let (redis, second) = (RedisServer::start(), RedisServer::start());
+    let (redis, second) = (Target::single(), RedisServer::start());
     let options = LimiterOptions {
         stop_when_over: true,
         ..LimiterOptions::default()
@@ -306,6 +366,6 @@ async fn hits_of_a_refused_request_go_back_to_their_own_window() {
         "minute M+1 admitted {in_next} on a limit of {LIMIT}"
     );
     limiter.give_back_leases().await;
-    assert_eq!(read(&redis, "{d|s=v}f60:1700000040"), in_m);
-    assert_eq!(read(&redis, "{d|s=v}f60:1700000100"), in_next);
+    assert_eq!(redis.read("{d|s=v}f60:1700000040"), in_m);
+    assert_eq!(redis.read("{d|s=v}f60:1700000100"), in_next);
 }
