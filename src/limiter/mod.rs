@@ -20,6 +20,7 @@ mod pick;
 mod plan;
 mod quiet_log;
 mod response;
+mod stage;
 #[cfg(test)]
 mod tests;
 
@@ -30,16 +31,15 @@ pub(crate) use explain::{Explained, Explanation, Step, Verdict, WindowState};
 pub(crate) use options::RequestBounds;
 pub use options::{FailureMode, LimiterOptions};
 
-use crate::algorithm::Spec;
-use crate::clock::{Clock, UnixMillis};
+use crate::clock::Clock;
 use crate::config::SharedIndex;
 use crate::descriptor::Request;
 use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
-use crate::store::{Batch, CounterId, Op, Store};
-use lease::{Admit, Leases};
+use crate::store::Store;
+use lease::Leases;
 use local_cache::LocalCache;
-use plan::{Pending, Plan, apply_replaces, failure_outcome, is_candidate, operations};
+use plan::{Plan, apply_replaces};
 use quiet_log::QuietLog;
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,204 +141,24 @@ impl<S: Store> Limiter<S> {
         deadline: Option<Duration>,
     ) -> Result<Response, LimitError> {
         self.options.bounds.check(request)?;
-        // A guard: no shared reference count per request. But a thread
-        // has 8 fast guards, and hundreds of requests in flight holding
-        // them across a remote store's wait would send every other load on
-        // the thread (metrics, top lists, the connection) down arc-swap's
-        // slow path: without leases, where every request waits, a request
-        // holds a reference instead. Leased rules answer most hits in
-        // process, where the guard is the cheaper.
-        let mut index = self.rules.load();
-        if !self.store.in_process() && !index.has_leases() {
-            index = arc_swap::Guard::from_inner(arc_swap::Guard::into_inner(index));
-        }
+        let index = self.rules_now();
         let now = self.clock.now();
-
         let mut plans: Vec<Plan<'_>> = request
             .descriptors
             .iter()
             .map(|descriptor| self.plan(&index, &request.domain, descriptor))
             .collect();
         apply_replaces(&mut plans);
-
-        let request_hits = u64::from(request.hits_addend.max(1));
-        let mut slots: Vec<Pending> = Vec::with_capacity(plans.len());
-        let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
-        // Hits admitted from blocks (slot, identity, spec, when the block
-        // was taken: to put back if the request is refused as a whole).
-        let mut locals: Vec<(usize, CounterId, Spec, UnixMillis)> = Vec::new();
-        for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
-            let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
-            else {
-                continue;
-            };
-            let hits = descriptor.hits_addend.unwrap_or(request_hits);
-            let last = specs.len().saturating_sub(1);
-            for (n, &(spec, base)) in specs.iter().enumerate() {
-                let candidate = is_candidate(limits, base).then(|| id.candidate(base));
-                let mut slot = Pending {
-                    plan: i,
-                    base,
-                    outcome: None,
-                    cached: false,
-                    candidate: candidate.is_some(),
-                    hits,
-                    sent: false,
-                };
-                let op_id = candidate.as_ref().unwrap_or(&id);
-                // A check-only call (hits 0) reads the store exactly.
-                let leases = self
-                    .leases
-                    .as_ref()
-                    .filter(|_| hits > 0 && limits.get(base).is_some_and(|l| l.lease));
-                let cached = self
-                    .local_cache
-                    .as_ref()
-                    .and_then(|c| c.get(op_id, spec, now));
-                // A hit the local cache answers asks its lease nothing: no
-                // hit taken from a block, no fetch of the next one asked.
-                let admit = leases
-                    .filter(|_| cached.is_none())
-                    .map(|l| l.admit(op_id, spec, hits, now, &self.metrics.lease));
-                if let Some(hit) = cached {
-                    slot.outcome = Some(hit);
-                    slot.cached = true;
-                } else if let Some(Admit::Local(outcome, taken_at)) = admit {
-                    slot.outcome = Some(outcome);
-                    if self.options.stop_when_over && candidate.is_none() {
-                        locals.push((slots.len(), op_id.clone(), spec, taken_at));
-                    }
-                } else {
-                    slot.sent = true;
-                    // A leased operation asks for no block (the background
-                    // fetch takes them), but its refused hits count nothing.
-                    let lease = match admit {
-                        Some(Admit::Store) => Some(0),
-                        Some(Admit::Local(..)) | None => None,
-                    };
-                    // The last operation of the descriptor takes the
-                    // identity; only descriptors with several get copies.
-                    let id = match candidate {
-                        Some(candidate) => candidate,
-                        None if n == last => std::mem::take(&mut id),
-                        None => id.clone(),
-                    };
-                    batch.ops.push(Op {
-                        id,
-                        spec,
-                        hits,
-                        lease,
-                    });
-                }
-                slots.push(slot);
-            }
-        }
-        if self.options.stop_when_over && slots.iter().any(|s| s.cached && !s.candidate) {
-            // As the reference: a descriptor already over the limit in the
-            // local cache makes the request count nothing anywhere; the
-            // others are read (hits 0) for their answers. Candidate limits
-            // count as if alone.
-            for op in batch.ops.iter_mut().filter(|op| !op.id.is_candidate()) {
-                op.hits = 0;
-            }
-        }
-        if !batch.is_empty() {
-            // Identities are kept only when the local cache needs them.
-            let cached_ids: Vec<(CounterId, Spec, u64)> = match &self.local_cache {
-                Some(_) => batch
-                    .ops
-                    .iter()
-                    .map(|op| (op.id.clone(), op.spec, op.hits))
-                    .collect(),
-                None => Vec::new(),
-            };
-            // The embedded store answers in process: its calls are counted
-            // with no time, sparing two clock reads a request.
-            let started = (!self.store.in_process()).then(std::time::Instant::now);
-            // A child span of the call's when it is traced.
-            // The store keeps the caller's deadline (Redis: no timer per
-            // request).
-            let result =
-                crate::otel::store_round_trip(self.store.execute_within(batch, now, deadline))
-                    .await;
-            self.metrics
-                .observe_store(started.map_or(Duration::ZERO, |s| s.elapsed()));
-            match result {
-                Ok(results) => {
-                    for (slot, outcome) in slots.iter_mut().filter(|s| s.sent).zip(results) {
-                        slot.outcome = Some(outcome);
-                    }
-                    if let Some(cache) = &self.local_cache {
-                        let sent = slots.iter().filter(|s| s.sent);
-                        for (slot, (id, spec, hits)) in sent.zip(&cached_ids) {
-                            // Only a counter really over its limit is
-                            // cached: one that counted the hits, or a read
-                            // of one already over. A refusal that counted
-                            // nothing (stop-increment) leaves the counter
-                            // below the limit, so later smaller requests
-                            // must still be asked.
-                            if slot
-                                .outcome
-                                .is_some_and(|o| o.over_limit && (o.counted || *hits == 0))
-                            {
-                                cache.insert(id, *spec, now);
-                            }
-                        }
-                    }
-                }
-                Err(err) => {
-                    if let Some(suppressed) = self.failures.admit(err.kind(), now) {
-                        tracing::warn!(
-                            error = &err as &dyn std::error::Error,
-                            rl.failure_mode = ?self.options.failure_mode,
-                            suppressed,
-                            "store unavailable; answering by failure mode"
-                        );
-                    }
-                    let over = match self.options.failure_mode {
-                        FailureMode::Error => {
-                            self.metrics.record_store_error(false);
-                            return Err(LimitError::Store(err));
-                        }
-                        FailureMode::Allow => false,
-                        FailureMode::Deny => true,
-                    };
-                    self.metrics.record_store_error(true);
-                    for slot in slots.iter_mut().filter(|s| s.sent) {
-                        if let Some(Plan::Limited { limits, .. }) = plans.get(slot.plan) {
-                            // The slot's base limit, or the last one.
-                            if let Some(limit) = limits.get(slot.base).or(limits.last()) {
-                                slot.outcome = Some(failure_outcome(limit, over));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(leases) = &self.leases
-            && !locals.is_empty()
-            && slots
-                .iter()
-                .any(|s| !s.candidate && s.outcome.is_some_and(|o| o.over_limit))
-        {
-            // Refused as a whole (`stop_when_over`): hits admitted from
-            // blocks go back to them, as the store took its own back.
-            for (s, id, spec, taken_at) in &locals {
-                if let Some(slot) = slots.get_mut(*s) {
-                    leases.restore(id, *spec, slot.hits, *taken_at);
-                    if let Some(outcome) = &mut slot.outcome {
-                        outcome.counted = false;
-                        outcome.remaining = outcome.remaining.saturating_add(slot.hits);
-                    }
-                }
-            }
-        }
-        let response = self.respond(&plans, &slots);
+        let mut work = self.operations(request, &plans, now);
+        work.count_nothing_when_cached();
+        self.ask_store(&mut work, &plans, now, deadline).await?;
+        self.put_back_refused(&mut work);
+        let response = self.respond(&plans, &work.slots);
         if index.has_domain(&request.domain) {
             self.metrics
                 .record_decision(&request.domain, response.overall_code == Code::OverLimit);
         }
-        self.observe(&index, request, &slots, now);
+        self.observe(&index, request, &work.slots, now);
         Ok(response)
     }
 }

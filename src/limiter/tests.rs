@@ -4,7 +4,7 @@ use super::*;
 use crate::clock::{ManualClock, UnixMillis};
 use crate::config::{LoadOptions, Source, load_sources};
 use crate::descriptor::{Descriptor, Entry, Unit};
-use crate::store::{MemoryStore, StoreKind};
+use crate::store::{Batch, MemoryStore, StoreKind};
 
 mod bounds;
 mod candidates;

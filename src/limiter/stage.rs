@@ -1,0 +1,303 @@
+//! The stages of one decision after its plans are made
+//! ([`Limiter::should_rate_limit_within`] reads as their list): the rules
+//! read, the operations (leases and the local cache answering what they
+//! can, the rest batched for the store), the store call with the failure
+//! policy, and hits put back when the request is refused as a whole.
+
+use super::lease::Admit;
+use super::plan::{Pending, Plan, failure_outcome, is_candidate, operations};
+use super::{FailureMode, LimitError, Limiter};
+use crate::algorithm::Spec;
+use crate::clock::UnixMillis;
+use crate::config::Index;
+use crate::descriptor::Request;
+use crate::store::{Batch, CounterId, Op, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One request's operations: a slot per limit of each planned descriptor,
+/// the batch of those the store is asked, and the hits admitted from
+/// leases' blocks.
+#[derive(Debug)]
+pub(super) struct Work {
+    pub(super) slots: Vec<Pending>,
+    batch: Batch,
+    /// Hits admitted from blocks: put back if the request is refused as a
+    /// whole (`stop_when_over`).
+    locals: Vec<Local>,
+    stop_when_over: bool,
+}
+
+/// A slot answered from a lease's block.
+#[derive(Debug)]
+struct Local {
+    slot: usize,
+    id: CounterId,
+    spec: Spec,
+    /// When the block was taken: names the window its hits were counted in.
+    taken_at: UnixMillis,
+}
+
+impl Work {
+    /// As the reference: a descriptor already over the limit in the local
+    /// cache makes the request count nothing anywhere
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`); the others are read
+    /// (hits 0) for their answers. Candidate limits count as if alone.
+    pub(super) fn count_nothing_when_cached(&mut self) {
+        if self.stop_when_over && self.slots.iter().any(|s| s.cached && !s.candidate) {
+            for op in self.batch.ops.iter_mut().filter(|op| !op.id.is_candidate()) {
+                op.hits = 0;
+            }
+        }
+    }
+}
+
+/// The rule index a request reads, once.
+type IndexGuard = arc_swap::Guard<Arc<Index>>;
+
+impl<S: Store> Limiter<S> {
+    /// The rules for `request`. A guard: no shared reference count per
+    /// request. But a thread has 8 fast guards, and hundreds of requests in
+    /// flight holding them across a remote store's wait would send every
+    /// other load on the thread (metrics, top lists, the connection) down
+    /// arc-swap's slow path: without leases, where every request waits, a
+    /// request holds a reference instead. Leased rules answer most hits in
+    /// process, where the guard is the cheaper.
+    pub(super) fn rules_now(&self) -> IndexGuard {
+        let index = self.rules.load();
+        if !self.store.in_process() && !index.has_leases() {
+            return arc_swap::Guard::from_inner(arc_swap::Guard::into_inner(index));
+        }
+        index
+    }
+
+    /// Every planned limit as a slot: answered by the local over-limit
+    /// cache or a lease's block where they can, else an operation of the
+    /// store's batch ([`Limiter::place`]).
+    pub(super) fn operations(
+        &self,
+        request: &Request,
+        plans: &[Plan<'_>],
+        now: UnixMillis,
+    ) -> Work {
+        let request_hits = u64::from(request.hits_addend.max(1));
+        let stop_when_over = self.options.stop_when_over;
+        let mut work = Work {
+            slots: Vec::with_capacity(plans.len()),
+            batch: Batch::with_capacity(plans.len(), stop_when_over),
+            locals: Vec::new(),
+            stop_when_over,
+        };
+        for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
+            let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
+            else {
+                continue;
+            };
+            let hits = descriptor.hits_addend.unwrap_or(request_hits);
+            let last = specs.len().saturating_sub(1);
+            for (n, &(spec, base)) in specs.iter().enumerate() {
+                let candidate = is_candidate(limits, base).then(|| id.candidate(base));
+                let leased = hits > 0 && limits.get(base).is_some_and(|l| l.lease);
+                // The last operation of the descriptor takes the identity;
+                // only descriptors with several get copies.
+                let op_id = match candidate {
+                    Some(candidate) => candidate,
+                    None if n == last => std::mem::take(&mut id),
+                    None => id.clone(),
+                };
+                let slot = Pending {
+                    plan: i,
+                    base,
+                    outcome: None,
+                    cached: false,
+                    candidate: op_id.is_candidate(),
+                    hits,
+                    sent: false,
+                };
+                self.place(
+                    &mut work,
+                    slot,
+                    Op {
+                        id: op_id,
+                        spec,
+                        hits,
+                        lease: None,
+                    },
+                    leased,
+                    now,
+                );
+            }
+        }
+        work
+    }
+
+    /// Answers `slot` from the local over-limit cache or (`leased`) its
+    /// lease's block where they can; else `op` joins the store's batch.
+    fn place(&self, work: &mut Work, mut slot: Pending, mut op: Op, leased: bool, now: UnixMillis) {
+        let (spec, hits) = (op.spec, op.hits);
+        // A check-only call (hits 0) reads the store exactly.
+        let leases = self.leases.as_ref().filter(|_| leased);
+        let cached = self
+            .local_cache
+            .as_ref()
+            .and_then(|c| c.get(&op.id, spec, now));
+        // A hit the local cache answers asks its lease nothing: no hit
+        // taken from a block, no fetch of the next one asked.
+        let admit = leases
+            .filter(|_| cached.is_none())
+            .map(|l| l.admit(&op.id, spec, hits, now, &self.metrics.lease));
+        if let Some(hit) = cached {
+            slot.outcome = Some(hit);
+            slot.cached = true;
+        } else if let Some(Admit::Local(outcome, taken_at)) = admit {
+            slot.outcome = Some(outcome);
+            if work.stop_when_over && !slot.candidate {
+                let (at, id) = (work.slots.len(), op.id);
+                work.locals.push(Local {
+                    slot: at,
+                    id,
+                    spec,
+                    taken_at,
+                });
+            }
+        } else {
+            slot.sent = true;
+            // A leased operation asks for no block (the background fetch
+            // takes them), but its refused hits count nothing.
+            op.lease = matches!(admit, Some(Admit::Store)).then_some(0);
+            work.batch.ops.push(op);
+        }
+        work.slots.push(slot);
+    }
+
+    /// Sends the batch (if any) in one round trip, by `deadline`: each
+    /// sent slot gets its outcome, or the failure policy's answer.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::Store`] when the store fails and the policy is
+    /// `error`.
+    pub(super) async fn ask_store(
+        &self,
+        work: &mut Work,
+        plans: &[Plan<'_>],
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> Result<(), LimitError> {
+        if work.batch.is_empty() {
+            return Ok(());
+        }
+        // Identities are kept only when the local cache needs them.
+        let cached_ids: Vec<(CounterId, Spec, u64)> = match &self.local_cache {
+            Some(_) => work
+                .batch
+                .ops
+                .iter()
+                .map(|op| (op.id.clone(), op.spec, op.hits))
+                .collect(),
+            None => Vec::new(),
+        };
+        // The embedded store answers in process: its calls are counted
+        // with no time, sparing two clock reads a request.
+        let started = (!self.store.in_process()).then(std::time::Instant::now);
+        let batch = std::mem::take(&mut work.batch);
+        // A child span of the call's when it is traced. The store keeps the
+        // caller's deadline (Redis: no timer per request).
+        let result =
+            crate::otel::store_round_trip(self.store.execute_within(batch, now, deadline)).await;
+        self.metrics
+            .observe_store(started.map_or(Duration::ZERO, |s| s.elapsed()));
+        match result {
+            Ok(results) => {
+                for (slot, outcome) in work.slots.iter_mut().filter(|s| s.sent).zip(results) {
+                    slot.outcome = Some(outcome);
+                }
+                self.cache_over_limit(&work.slots, &cached_ids, now);
+                Ok(())
+            }
+            Err(err) => self.answer_by_failure_mode(err, work, plans, now),
+        }
+    }
+
+    /// Remembers the counters the store found over their limit, for the
+    /// local cache to answer until their window ends.
+    fn cache_over_limit(&self, slots: &[Pending], ids: &[(CounterId, Spec, u64)], now: UnixMillis) {
+        let Some(cache) = &self.local_cache else {
+            return;
+        };
+        for (slot, (id, spec, hits)) in slots.iter().filter(|s| s.sent).zip(ids) {
+            // Only a counter really over its limit is cached: one that
+            // counted the hits, or a read of one already over. A refusal
+            // that counted nothing (stop-increment) leaves the counter below
+            // the limit, so later smaller requests must still be asked.
+            if slot
+                .outcome
+                .is_some_and(|o| o.over_limit && (o.counted || *hits == 0))
+            {
+                cache.insert(id, *spec, now);
+            }
+        }
+    }
+
+    /// The store failed: logged (rate limited), counted, and answered as
+    /// `FAILURE_MODE` says.
+    fn answer_by_failure_mode(
+        &self,
+        err: crate::store::StoreError,
+        work: &mut Work,
+        plans: &[Plan<'_>],
+        now: UnixMillis,
+    ) -> Result<(), LimitError> {
+        if let Some(suppressed) = self.failures.admit(err.kind(), now) {
+            tracing::warn!(
+                error = &err as &dyn std::error::Error,
+                rl.failure_mode = ?self.options.failure_mode,
+                suppressed,
+                "store unavailable; answering by failure mode"
+            );
+        }
+        let over = match self.options.failure_mode {
+            FailureMode::Error => {
+                self.metrics.record_store_error(false);
+                return Err(LimitError::Store(err));
+            }
+            FailureMode::Allow => false,
+            FailureMode::Deny => true,
+        };
+        self.metrics.record_store_error(true);
+        for slot in work.slots.iter_mut().filter(|s| s.sent) {
+            if let Some(Plan::Limited { limits, .. }) = plans.get(slot.plan) {
+                // The slot's base limit, or the last one.
+                if let Some(limit) = limits.get(slot.base).or(limits.last()) {
+                    slot.outcome = Some(failure_outcome(limit, over));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refused as a whole (`stop_when_over`): hits admitted from blocks go
+    /// back, as the store took its own back.
+    pub(super) fn put_back_refused(&self, work: &mut Work) {
+        let Some(leases) = &self.leases else {
+            return;
+        };
+        if work.locals.is_empty()
+            || !work
+                .slots
+                .iter()
+                .any(|s| !s.candidate && s.outcome.is_some_and(|o| o.over_limit))
+        {
+            return;
+        }
+        for local in &work.locals {
+            if let Some(slot) = work.slots.get_mut(local.slot) {
+                leases.restore(&local.id, local.spec, slot.hits, local.taken_at);
+                if let Some(outcome) = &mut slot.outcome {
+                    outcome.counted = false;
+                    outcome.remaining = outcome.remaining.saturating_add(slot.hits);
+                }
+            }
+        }
+    }
+}
