@@ -62,11 +62,17 @@ pub enum LimitError {
     /// The store failed; no decision could be made.
     #[error("rate limit store failed")]
     Store(#[from] StoreError),
+    /// The caller's deadline passed (or could not be met) before the request
+    /// was served: shed under `FAILURE_MODE=error`, nothing counted.
+    #[error(
+        "rate limit service past capacity: the caller's deadline passed before the request was served; nothing was counted"
+    )]
+    Shed,
 }
 
 impl LimitError {
     /// Whether the caller's request was at fault (as opposed to the service).
     pub fn is_invalid_request(&self) -> bool {
-        !matches!(self, Self::Store(_))
+        !matches!(self, Self::Store(_) | Self::Shed)
     }
 }

@@ -127,6 +127,39 @@ impl<S: Store> Limiter<S> {
         self.should_rate_limit_within(request, None).await
     }
 
+    /// Answers a request whose caller's deadline passed (or cannot be met)
+    /// before it was served, at once and counting nothing: by
+    /// `FAILURE_MODE` (`allow` every descriptor OK, `deny` every one
+    /// OVER_LIMIT, with no limit named), counted in `ratelimit_shed_total`.
+    /// Serving it would spend the time of requests still waiting whose
+    /// callers still listen.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::Shed`] under `FAILURE_MODE=error`.
+    pub fn shed(&self, request: &Request) -> Result<Response, LimitError> {
+        self.metrics.record_shed();
+        let code = match self.options.failure_mode {
+            FailureMode::Error => return Err(LimitError::Shed),
+            FailureMode::Allow => Code::Ok,
+            FailureMode::Deny => Code::OverLimit,
+        };
+        Ok(Response {
+            overall_code: code,
+            statuses: request
+                .descriptors
+                .iter()
+                .map(|_| Status {
+                    code,
+                    ..Status::NO_LIMIT
+                })
+                .collect(),
+            response_headers: Vec::new(),
+            request_headers: Vec::new(),
+            dynamic_metadata: None,
+        })
+    }
+
     /// Answers one request, giving the store at most `deadline` (the
     /// caller's own deadline, less a margin): past it the failure policy
     /// answers, so the caller hears floodgate's answer, not its own timeout.

@@ -155,6 +155,9 @@ pub struct Metrics {
     service_errors: AtomicU64,
     store_errors: AtomicU64,
     failure_mode_answers: AtomicU64,
+    /// Requests shed: their caller's deadline passed before they were
+    /// served (`reason="deadline"`).
+    shed: AtomicU64,
     in_flight: Gauge,
     request_latency: Histogram,
     store_latency: Histogram,
@@ -191,6 +194,7 @@ impl Metrics {
             service_errors: AtomicU64::new(0),
             store_errors: AtomicU64::new(0),
             failure_mode_answers: AtomicU64::new(0),
+            shed: AtomicU64::new(0),
             in_flight: Gauge::default(),
             request_latency: Histogram::default(),
             store_latency: Histogram::default(),
@@ -347,6 +351,17 @@ impl Metrics {
             metrics: self,
             started: std::time::Instant::now(),
         }
+    }
+
+    /// Counts a request shed because its caller's deadline passed before it
+    /// was served.
+    pub fn record_shed(&self) {
+        self.shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests shed so far.
+    pub fn shed(&self) -> u64 {
+        self.shed.load(Ordering::Relaxed)
     }
 
     /// Counts a request that failed (bad request or store failure).

@@ -160,6 +160,11 @@ impl Metrics {
         );
         self.rlqs.render(&mut out);
         self.lease.render(&mut out);
+        let _ = writeln!(
+            out,
+            "# HELP ratelimit_shed_total Requests answered by FAILURE_MODE at once, uncounted, because their caller's deadline passed before they were served.\n# TYPE ratelimit_shed_total counter\nratelimit_shed_total{{reason=\"deadline\"}} {}",
+            self.shed.load(Ordering::Relaxed)
+        );
         out
     }
 }

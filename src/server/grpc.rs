@@ -76,12 +76,18 @@ impl RateLimitService for RlsService {
         let metrics = self.limiter.metrics();
         let _in_flight = metrics.start_request();
         let span = self.start_span(&request);
-        let deadline = request
+        let timeout = request
             .metadata()
             .get(&self.timeout_key)
             .and_then(|v| v.to_str().ok())
-            .and_then(parse_grpc_timeout)
-            .map(store_deadline);
+            .and_then(parse_grpc_timeout);
+        // The time the request already waited its turn counts against the
+        // caller's deadline.
+        let waited = request
+            .extensions()
+            .get::<Arrival>()
+            .map_or(Duration::ZERO, |a| a.0.elapsed());
+        let deadline = timeout.map(|timeout| store_deadline(timeout, waited));
         let request = match request_from_proto(request.into_inner()) {
             Ok(request) => request,
             Err(err) => {
@@ -93,10 +99,16 @@ impl RateLimitService for RlsService {
                 return Err(status);
             }
         };
-        let decision = self.limiter.should_rate_limit_within(&request, deadline);
-        let decision = match &span {
-            Some(span) => span.run(decision).await,
-            None => decision.await,
+        let decision = if deadline.is_some_and(|d| d.is_zero()) {
+            // Past its caller's deadline (or too close to it to answer in
+            // time): answered at once, uncounted (see `Limiter::shed`).
+            self.limiter.shed(&request)
+        } else {
+            let decision = self.limiter.should_rate_limit_within(&request, deadline);
+            match &span {
+                Some(span) => span.run(decision).await,
+                None => decision.await,
+            }
         };
         match decision {
             Ok(response) => {
@@ -161,10 +173,30 @@ fn parse_grpc_timeout(text: &str) -> Option<Duration> {
     })
 }
 
-/// The store's share of a caller's timeout: a tenth is kept back (at most
-/// 50 ms) to answer by the failure policy and send the reply in time.
-fn store_deadline(timeout: Duration) -> Duration {
-    timeout.saturating_sub((timeout / 10).min(Duration::from_millis(50)))
+/// The store's share of a caller's `timeout` once the request has
+/// `waited` its turn: what is left, less a tenth of the timeout (at most
+/// 50 ms) kept back to answer by the failure policy and send the reply in
+/// time. Zero: the deadline cannot be met, and the request is shed.
+fn store_deadline(timeout: Duration, waited: Duration) -> Duration {
+    let reserve = (timeout / 10).min(Duration::from_millis(50));
+    timeout.saturating_sub(waited).saturating_sub(reserve)
+}
+
+/// When a request's stream was accepted, before it waited for a thread:
+/// stamped by [`stamp_arrival`], read by the handler.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival(std::time::Instant);
+
+/// Stamps a request with its [`Arrival`]. Runs where the connection hands
+/// the stream to the service, before the request's task waits its turn
+/// (under overload, behind thousands of others).
+pub(crate) fn stamp_arrival<B>(
+    mut request: tonic::codegen::http::Request<B>,
+) -> tonic::codegen::http::Request<B> {
+    request
+        .extensions_mut()
+        .insert(Arrival(std::time::Instant::now()));
+    request
 }
 
 /// Why a proto request cannot become a domain request.
@@ -320,6 +352,7 @@ pub(crate) fn status_from_error(err: &LimitError) -> tonic::Status {
     match err {
         // Logged by the limiter, at most once a second per kind.
         LimitError::Store(_) => tonic::Status::unavailable("rate limit store unavailable"),
+        LimitError::Shed => tonic::Status::resource_exhausted(err.to_string()),
         invalid => tonic::Status::invalid_argument(invalid.to_string()),
     }
 }
@@ -343,11 +376,25 @@ mod tests {
             assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
         }
         assert_eq!(
-            store_deadline(Duration::from_millis(20)),
+            store_deadline(Duration::from_millis(20), Duration::ZERO),
             Duration::from_millis(18)
         );
+        // Waited 5 ms: 15 ms left, 2 kept back.
         assert_eq!(
-            store_deadline(Duration::from_secs(10)),
+            store_deadline(Duration::from_millis(20), Duration::from_millis(5)),
+            Duration::from_millis(13)
+        );
+        // Waited past the part that can still be used: shed.
+        assert_eq!(
+            store_deadline(Duration::from_millis(20), Duration::from_millis(18)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            store_deadline(Duration::from_millis(20), Duration::from_secs(3)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            store_deadline(Duration::from_secs(10), Duration::ZERO),
             Duration::from_millis(9_950)
         );
     }

@@ -157,6 +157,7 @@ pub async fn serve_with_debug(
         .layer(tower::util::MapResponseLayer::new(
             grpc::undecodable_is_invalid_argument,
         ))
+        .layer(tower::util::MapRequestLayer::new(grpc::stamp_arrival))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -11,6 +11,7 @@ mod support;
 mod cli;
 mod grpc;
 mod http;
+mod overload;
 mod reload;
 mod snapshot;
 mod tls;

@@ -115,6 +115,11 @@ impl Floodgate {
             .unwrap()
     }
 
+    /// The gRPC listener's address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.grpc_port))
+    }
+
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.child.id())
     }

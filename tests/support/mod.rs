@@ -6,6 +6,7 @@ pub mod backends;
 pub mod envoy;
 pub mod floodgate;
 pub mod grpc;
+pub mod h2raw;
 pub mod http;
 pub mod memcached;
 pub mod otlp;
