@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Goodput under overload (not part of CI): floodgate on the embedded store
+# and the no-op server, each pinned to SERVER_CPU, under open-loop load
+# (examples/overload.rs, pinned to LOAD_CPU: requests sent on a schedule
+# whatever the answers, each with a DEADLINE_MS grpc-timeout as Envoy
+# sends it) at 0.5x, 1x, 2x and 4x the capacity first measured closed-loop
+# with h2load (CONNS x STREAMS, CAP_SECS).
+#
+# Prints, per server and load: the rate asked, the rate the generator sent
+# (one core cannot always send 4x another core's capacity: read the
+# achieved load), goodput (decisions within the deadline) per second, and
+# the shares within the deadline and shed; then for floodgate one line per
+# load, for other tools:
+#   overload load=2.0x goodput_ratio=0.83 within_deadline=0.995 shed=0.31
+# goodput_ratio: goodput per second over the capacity measured at 1x;
+# within_deadline: answered (decision or shed) within the deadline, over
+# all requests sent; shed: shed answers over all requests sent.
+#
+# Settings (environment): SECS (5 per load), CAP_SECS (5), CONNS (4),
+# STREAMS (128), GEN_CONNS (64), DEADLINE_MS (20), LOADS ("0.5 1 2 4"),
+# SERVER_CPU (1), LOAD_CPU (0), OUT (a new temporary directory). Needs
+# h2load, curl, python3, taskset and 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+
+SECS=${SECS:-5}
+CAP_SECS=${CAP_SECS:-5}
+CONNS=${CONNS:-4}
+STREAMS=${STREAMS:-128}
+GEN_CONNS=${GEN_CONNS:-64}
+DEADLINE_MS=${DEADLINE_MS:-20}
+LOADS=${LOADS:-0.5 1 2 4}
+SERVER_CPU=${SERVER_CPU:-1}
+LOAD_CPU=${LOAD_CPU:-0}
+OUT=${OUT:-$(mktemp -d -t floodgate-overload.XXXXXX)}
+mkdir -p "$OUT"
+BIN=target/release
+METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+
+echo "==> building release binaries"
+cargo build --release --locked --bin floodgate --example grpc_body --example ceiling --example overload
+"$BIN/examples/grpc_body" encode bench "client=c0" >"$OUT/body.bin"
+
+# capacity PORT: closed-loop req/s.
+capacity() {
+    taskset -c "$LOAD_CPU" h2load -D "$CAP_SECS" -c "$CONNS" -m "$STREAMS" -t 1 \
+        -H 'content-type: application/grpc' -H 'te: trailers' -d "$OUT/body.bin" \
+        "http://127.0.0.1:$1$METHOD" >"$OUT/capacity-$1.txt" 2>&1
+    awk '/^finished in/ { sub(",", "", $4); printf "%.0f", $4 }' "$OUT/capacity-$1.txt"
+}
+
+# run NAME PORT: capacity, then each load; rows to $OUT/NAME.tsv.
+run() {
+    local name=$1 port=$2 cap load rate line
+    cap=$(capacity "$port")
+    echo "$name capacity $cap req/s (closed loop, $CONNS x $STREAMS streams)"
+    for load in $LOADS; do
+        rate=$(python3 -c "print(int($cap * $load))")
+        line=$(taskset -c "$LOAD_CPU" "$BIN/examples/overload" "127.0.0.1:$port" "$OUT/body.bin" \
+            "$rate" "$SECS" "$GEN_CONNS" "$DEADLINE_MS" | tee "$OUT/$name-$load.txt" | grep '^total')
+        printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$load" "$cap" "$rate" "$line" >>"$OUT/$name.tsv"
+    done
+}
+
+start() { # start COMMAND…: pinned to SERVER_CPU; sets PID
+    taskset -c "$SERVER_CPU" "$@" >"$OUT/server-${#PIDS[@]}.log" 2>&1 &
+    PID=$!
+    PIDS+=("$PID")
+}
+
+port=$(free_port)
+start "$BIN/examples/ceiling" "127.0.0.1:$port" --no-lifo
+wait_for python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))"
+run noop "$port"
+kill -INT "$PID"
+
+port=$(free_port)
+http=$(free_port)
+start "$BIN/floodgate" serve --config-dir bench/config --store memory \
+    --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" --log-level warn
+wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
+run floodgate "$port"
+curl -sf "http://127.0.0.1:$http/metrics" | grep '^ratelimit_shed_total' >"$OUT/shed-metric.txt" || true
+
+python3 - "$OUT" "$SECS" <<'EOF'
+import sys, re, os
+out, secs = sys.argv[1], int(sys.argv[2])
+print()
+print("server\tload\tcapacity/s\tasked/s\tsent/s\tgoodput/s\twithin_deadline\tshed\tlate\terrors")
+lines = []
+for name in ("noop", "floodgate"):
+    path = os.path.join(out, name + ".tsv")
+    if not os.path.exists(path):
+        continue
+    for row in open(path):
+        server, load, cap, rate, total = row.rstrip("\n").split("\t", 4)
+        f = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", total))
+        sent = max(f["sent"], 1)
+        within = (f["goodput"] + f["shed"]) / sent
+        print(f"{server}\t{load}x\t{cap}\t{rate}\t{f['sent'] // secs}\t{f['goodput'] // secs}\t"
+              f"{within:.3f}\t{f['shed'] / sent:.3f}\t{f['late'] / sent:.3f}\t{f['errors'] / sent:.3f}")
+        if server == "floodgate":
+            lines.append(f"overload load={float(load):.1f}x goodput_ratio={f['goodput'] / secs / max(int(cap), 1):.2f} "
+                         f"within_deadline={within:.3f} shed={f['shed'] / sent:.2f}")
+print()
+print("\n".join(lines))
+EOF
+echo "files in $OUT"
