@@ -5,6 +5,7 @@
 //! The environment is passed in as a map, so tests never touch the process
 //! environment.
 
+mod access;
 mod flags;
 mod memcache;
 mod otlp;
@@ -20,9 +21,9 @@ mod xds;
 
 pub(crate) use crate::telemetry::LogFormat;
 pub(crate) use flags::TracingExporterProtocol;
+pub(crate) use flags::{AccessArgs, RlqsArgs, StoreArgs};
 pub use flags::{BackendType, ServeArgs};
 pub(crate) use flags::{OnStoreError, RedisType, RlqsUnmatched};
-pub(crate) use flags::{RlqsArgs, StoreArgs};
 pub use parse::DurationError;
 pub(crate) use parse::parse_duration;
 use parse::{
@@ -566,6 +567,7 @@ impl Settings {
                     .or_else(|| get(vars::prometheus_path.name).map(str::to_owned))
                     .unwrap_or_else(|| "/metrics".to_owned()),
                 rlqs: rlqs_options(&args.rlqs_args, &get, bounds, global_shadow_mode)?,
+                access: access::access_options(&args.access_args, &get)?,
                 ..serve_defaults
             },
         })

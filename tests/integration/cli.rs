@@ -353,3 +353,30 @@ fn a_duration_go_refuses_stops_serve_naming_the_variable() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_bad_tokens_file_is_a_start_error_naming_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "alice:alice-token-0123456789\nalice:bob-token-abcdefghijklm\n",
+    )
+    .unwrap();
+    let out = serve_on_any_port(repo("examples/config"))
+        .arg("--admin-tokens-file")
+        .arg(&tokens)
+        .env_clear()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "admin tokens file {}, line 2: the name is given twice",
+            tokens.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("-token-"), "{stderr}");
+}

@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access;
 mod cli;
 mod grpc;
 mod http;

@@ -68,6 +68,11 @@ pub struct Floodgate {
 
 impl Floodgate {
     pub async fn start(env: &[(&str, String)]) -> Self {
+        Self::start_logged(env, Stdio::null()).await
+    }
+
+    /// [`Floodgate::start`], its log (stderr) written to `log`.
+    pub async fn start_logged(env: &[(&str, String)], log: impl Into<Stdio>) -> Self {
         let rules = tempfile::tempdir().unwrap();
         std::fs::write(rules.path().join("edge.yaml"), RULES).unwrap();
         let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
@@ -85,7 +90,7 @@ impl Floodgate {
             .env("PROMETHEUS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .env("LOG_LEVEL", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(log);
         for (key, value) in env {
             command.env(key, value);
         }

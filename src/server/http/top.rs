@@ -12,7 +12,7 @@ use serde::Serialize;
 
 /// The page: one self-contained HTML file (inline style and script, no
 /// external resource), refreshed every second from `/top` and `/metrics`.
-const PAGE: &str = include_str!("../page.html");
+pub(crate) const PAGE: &str = include_str!("../page.html");
 
 /// Items a `/top` answer lists when `n` is not given.
 const DEFAULT_N: usize = 10;
