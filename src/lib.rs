@@ -57,7 +57,9 @@ pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
 pub use config::xds::{
     Backoff, RATE_LIMIT_CONFIG_TYPE, RuleFeed, XdsClient, XdsError, XdsOptions, XdsTls,
 };
-pub use config::{ConfigError, Index, LoadOptions, Lookup, Source, load_dir, load_sources};
+pub use config::{
+    ConfigError, Index, LoadOptions, Lookup, RedactError, Redactor, Source, load_dir, load_sources,
+};
 pub use descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
 pub use insight::TopRecorder;
 pub use limiter::{Code, FailureMode, HeaderNames, LimitError, Limiter, LimiterOptions, Response};

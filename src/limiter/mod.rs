@@ -32,14 +32,14 @@ pub use options::{FailureMode, LimiterOptions};
 
 use crate::algorithm::Spec;
 use crate::clock::{Clock, UnixMillis};
-use crate::config::SharedIndex;
+use crate::config::{Redactor, SharedIndex};
 use crate::descriptor::Request;
 use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
 use crate::store::{Batch, CounterId, Op, Store};
 use lease::{Admit, Leases};
 use local_cache::LocalCache;
-use plan::{Pending, Plan, apply_replaces, failure_outcome, is_candidate, operations};
+use plan::{Pending, Plan, apply_replaces, failure_outcome, is_candidate, operations, store_tags};
 use quiet_log::QuietLog;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +59,8 @@ pub struct Limiter<S> {
     failures: QuietLog,
     /// Blocks of leased limits (`lease: true`), on a store that keeps them.
     leases: Option<Leases>,
+    /// How secret descriptor values are shown, and stored.
+    redactor: Arc<Redactor>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -82,7 +84,22 @@ impl<S: Store> Limiter<S> {
             options,
             failures: QuietLog::default(),
             leases,
+            redactor: Arc::new(Redactor::random()),
         }
+    }
+
+    /// Shows and stores secret values through `redactor` instead of a
+    /// private one with a random key and only the rules' secret keys.
+    #[must_use]
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
+    /// How secret descriptor values are shown: every view, log line and
+    /// metric name built from request values goes through it.
+    pub fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
     }
 
     /// Records into `metrics` instead of a private set.
@@ -167,8 +184,9 @@ impl<S: Store> Limiter<S> {
         // Hits admitted from blocks (slot, identity, spec, when the block
         // was taken: to put back if the request is refused as a whole).
         let mut locals: Vec<(usize, CounterId, Spec, UnixMillis)> = Vec::new();
+        let tags = store_tags(&self.redactor, &index, &request.domain);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
-            let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
+            let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan, tags)
             else {
                 continue;
             };

@@ -80,6 +80,8 @@ pub(crate) struct Sources {
     pub clock: Arc<dyn Clock>,
     /// Where the RLQS figures are counted (`Metrics::rlqs`).
     pub metrics: Arc<Metrics>,
+    /// How secret bucket values are shown.
+    pub redactor: Arc<crate::config::Redactor>,
 }
 
 #[derive(Debug)]

@@ -451,5 +451,6 @@ fn rlqs_sources(limiter: &Limiter<StoreKind>) -> crate::rlqs::Sources {
         store: limiter.store().clone(),
         clock: limiter.clock().clone(),
         metrics: limiter.metrics().clone(),
+        redactor: limiter.redactor().clone(),
     }
 }

@@ -1,7 +1,10 @@
-//! Who may use the operator views: trusted networks and the tokens file.
+//! Who may use the operator views (trusted networks, the tokens file) and
+//! what they show (the redaction of secret descriptor values).
 
+use super::parse::boolean;
 use super::vars;
 use super::{AccessArgs, SettingsError};
+use crate::config::Redactor;
 use crate::server::AccessOptions;
 use std::path::PathBuf;
 
@@ -37,5 +40,37 @@ pub(super) fn access_options<'a>(
     Ok(AccessOptions {
         trusted_networks,
         tokens_file,
+    })
+}
+
+/// Resolves the redaction: secret keys for every domain, the tags' key
+/// (read here, so a bad file stops the start), store keys with tags or not.
+pub(super) fn redactor<'a>(
+    args: &AccessArgs,
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<Redactor, SettingsError> {
+    let keys = args
+        .redact_descriptor_keys
+        .as_deref()
+        .or_else(|| get(vars::redact_descriptor_keys.name))
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|key| !key.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let key_file = args
+        .redact_key_file
+        .clone()
+        .or_else(|| get(vars::redact_key_file.name).map(PathBuf::from))
+        .filter(|path| !path.as_os_str().is_empty());
+    let store_keys = boolean(
+        args.redact_store_keys,
+        get(vars::redact_store_keys.name),
+        vars::redact_store_keys.name,
+    )?;
+    Redactor::new(key_file.as_deref(), keys, store_keys).map_err(|err| SettingsError::Invalid {
+        setting: vars::redact_key_file.name.to_owned(),
+        reason: crate::telemetry::error_chain(&err),
     })
 }

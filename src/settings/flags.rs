@@ -145,6 +145,12 @@ pub struct AccessArgs {
     pub(crate) admin_trusted_networks: Option<String>,
     #[arg(long, value_name = "FILE", help = vars::admin_tokens_file.help())]
     pub(crate) admin_tokens_file: Option<PathBuf>,
+    #[arg(long, value_name = "KEYS", help = vars::redact_descriptor_keys.help())]
+    pub(crate) redact_descriptor_keys: Option<String>,
+    #[arg(long, value_name = "FILE", help = vars::redact_key_file.help())]
+    pub(crate) redact_key_file: Option<PathBuf>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::redact_store_keys.help())]
+    pub(crate) redact_store_keys: Option<bool>,
 }
 
 /// OTLP transport of spans.

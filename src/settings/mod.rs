@@ -105,6 +105,8 @@ pub struct Settings {
     pub force_start_without_initial_config: bool,
     /// `tracing_enabled`: where and how spans are exported; `None` when off.
     pub tracing: Option<crate::otel::TracingSettings>,
+    /// How secret descriptor values are shown, and stored.
+    pub redactor: Arc<crate::config::Redactor>,
 }
 
 /// A setting that could not be understood.
@@ -438,6 +440,7 @@ impl Settings {
         Ok(Self {
             stats,
             xds: xds::xds_options(&args.xds_args, &get)?,
+            redactor: Arc::new(access::redactor(&args.access_args, &get)?),
             force_start_without_initial_config: flag(
                 args.xds_args.force_start_without_initial_config,
                 vars::force_start_without_initial_config.name,

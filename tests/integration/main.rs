@@ -12,6 +12,7 @@ mod access;
 mod cli;
 mod grpc;
 mod http;
+mod redact;
 mod reload;
 mod snapshot;
 mod tls;
