@@ -73,8 +73,20 @@ impl Floodgate {
 
     /// [`Floodgate::start`], its log (stderr) written to `log`.
     pub async fn start_logged(env: &[(&str, String)], log: impl Into<Stdio>) -> Self {
+        Self::start_with(&[("edge.yaml", RULES)], env, log).await
+    }
+
+    /// Serves the rule `files` (name, YAML), with `env`, its log (stderr)
+    /// written to `log`.
+    pub async fn start_with(
+        files: &[(&str, &str)],
+        env: &[(&str, String)],
+        log: impl Into<Stdio>,
+    ) -> Self {
         let rules = tempfile::tempdir().unwrap();
-        std::fs::write(rules.path().join("edge.yaml"), RULES).unwrap();
+        for (name, yaml) in files {
+            std::fs::write(rules.path().join(name), yaml).unwrap();
+        }
         let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
         let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
         command
