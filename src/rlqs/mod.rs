@@ -183,7 +183,7 @@ impl Shared {
             let requests = usage
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied);
-            let decision = decide(&index, &domain, &key, options);
+            let decision = decide(&index, &domain, &key, options, &self.sources.redactor);
             let (step, new) = stream.state.observe(
                 &key,
                 requests,

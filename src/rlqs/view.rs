@@ -111,7 +111,7 @@ pub(crate) async fn explain(
         burst: None,
         members: Vec::new(),
     };
-    match decide(&index, domain, key, options) {
+    match decide(&index, domain, key, options, &sources.redactor) {
         Decision::Blanket { strategy, reason } => {
             view.reason = Some(reason);
             view.blanket = Some(strategy.into());
