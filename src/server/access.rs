@@ -233,7 +233,7 @@ pub(crate) async fn guard(
         admin.user = %user.as_ref().map_or("", |u| &*u.name),
         admin.view = view.as_str(),
         admin.result = result.as_str(),
-        admin.peer = ?peer,
+        admin.peer = %peer.map_or_else(String::new, |ip| ip.to_string()),
         http.status = response.status().as_u16(),
         "operator view"
     );
