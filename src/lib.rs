@@ -57,7 +57,9 @@ pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
 pub use config::xds::{
     Backoff, RATE_LIMIT_CONFIG_TYPE, RuleFeed, XdsClient, XdsError, XdsOptions, XdsTls,
 };
-pub use config::{ConfigError, Index, LoadOptions, Lookup, Source, load_dir, load_sources};
+pub use config::{
+    ConfigError, Index, LoadOptions, Lookup, RedactError, Redactor, Source, load_dir, load_sources,
+};
 pub use descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
 pub use insight::TopRecorder;
 pub use limiter::{Code, FailureMode, HeaderNames, LimitError, Limiter, LimiterOptions, Response};
@@ -69,8 +71,9 @@ pub use otel::{
 pub use rlqs::state::StreamBounds;
 pub use rlqs::{RlqsOptions, Unmatched};
 pub use server::{
-    ExplainError, GrpcAt, GrpcListener, Listeners, ReloadOptions, ServeError, ServeOptions,
-    StatsExport, TlsOptions, explain_json, serve, serve_with_debug,
+    AccessOptions, ExplainError, GrpcAt, GrpcListener, LineProblem, Listeners, ReloadOptions,
+    ServeError, ServeOptions, StatsExport, TlsOptions, TokensError, explain_json, serve,
+    serve_with_debug,
 };
 pub use settings::reference as settings_reference;
 pub use settings::{BackendType, DurationError, Env, ServeArgs, Settings, SettingsError};

@@ -324,7 +324,8 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
                 Arc::new(SystemClock),
                 settings.limiter.clone(),
             )
-            .with_metrics(Arc::new(metrics)),
+            .with_metrics(Arc::new(metrics))
+            .with_redactor(settings.redactor.clone()),
         );
         // Inside the runtime: the gRPC exporter's connection runs on it.
         let tracing = match &settings.tracing {

@@ -54,6 +54,8 @@ pub struct Match<'a> {
     /// the counter key, so every matching value shares one counter. Empty
     /// (and unallocated) when no shared wildcard is on the path.
     pub shared: Vec<(usize, &'a str)>,
+    /// The domain's secret keys ([`Index::secret_keys`]).
+    pub secret_keys: &'a [Box<str>],
 }
 
 impl<'a> Match<'a> {
@@ -75,22 +77,36 @@ impl<'a> Match<'a> {
     /// - Otherwise, at levels matched by a default or wildcard node carrying
     ///   `value_to_metric`, the runtime value replaces the config text; a
     ///   shared wildcard always stays its pattern.
-    pub fn stats_key(&self, entries: &[Entry]) -> String {
-        self.stats_key_cow(entries).into_owned()
+    ///
+    /// Runtime values of secret keys are written as `redactor` shows them.
+    pub fn stats_key(&self, entries: &[Entry], redactor: &super::Redactor) -> String {
+        self.stats_key_cow(entries, redactor).into_owned()
     }
 
     /// [`Match::stats_key`] without allocating when the key is the rule's
     /// configured path (no `detailed_metric`, no `value_to_metric`), the
     /// common case on the request path.
-    pub fn stats_key_cow(&self, entries: &[Entry]) -> std::borrow::Cow<'a, str> {
+    pub fn stats_key_cow(
+        &self,
+        entries: &[Entry],
+        redactor: &super::Redactor,
+    ) -> std::borrow::Cow<'a, str> {
         let rule = self.rule;
         if !rule.detailed_metric && !rule.path.iter().any(|step| step.value_to_metric) {
             return std::borrow::Cow::Borrowed(&rule.full_key);
         }
-        std::borrow::Cow::Owned(self.runtime_stats_key(entries))
+        std::borrow::Cow::Owned(self.runtime_stats_key(entries, redactor))
     }
 
-    fn runtime_stats_key(&self, entries: &[Entry]) -> String {
+    fn runtime_stats_key(&self, entries: &[Entry], redactor: &super::Redactor) -> String {
+        fn shown<'e>(
+            redactor: &super::Redactor,
+            keys: &[Box<str>],
+            entry: &'e Entry,
+        ) -> std::borrow::Cow<'e, str> {
+            redactor.show(keys, &entry.key, &entry.value)
+        }
+        let shown = |entry| shown(redactor, self.secret_keys, entry);
         let rule = self.rule;
         let mut key = rule.domain.clone();
         if rule.detailed_metric {
@@ -105,7 +121,7 @@ impl<'a> Match<'a> {
                     // The reference has two builders here; only the one used
                     // with shared wildcards omits `_` for an empty value.
                     key.push('_');
-                    key.push_str(&entry.value);
+                    key.push_str(&shown(entry));
                 }
             }
             return key;
@@ -115,15 +131,15 @@ impl<'a> Match<'a> {
             key.push_str(&step.key);
             let config_value = step.value.as_deref();
             let text = if let Some(pattern) = self.shared_at(index) {
-                Some(pattern)
+                Some(std::borrow::Cow::Borrowed(pattern))
             } else if step.value_to_metric && (config_value.is_none() || step.is_wildcard()) {
-                Some(entry.value.as_str()).filter(|value| !value.is_empty())
+                Some(shown(entry)).filter(|_| !entry.value.is_empty())
             } else {
-                config_value
+                config_value.map(std::borrow::Cow::Borrowed)
             };
             if let Some(text) = text {
                 key.push('_');
-                key.push_str(text);
+                key.push_str(&text);
             }
         }
         key
@@ -294,6 +310,8 @@ pub(crate) struct DomainIndex {
     pub(crate) rules: Vec<Rule>,
     /// Number of descriptor nodes.
     pub(crate) node_count: usize,
+    /// Keys of its `redact: true` nodes: their values are secret.
+    pub(crate) secret_keys: Box<[Box<str>]>,
 }
 
 /// The validated, immutable rule set: every domain's prebuilt descriptor
@@ -395,9 +413,19 @@ impl Index {
             .and_then(|node| node.rule)
             .and_then(|rule| domain.rules.get(rule))
         {
-            Some(rule) => Lookup::Matched(Match { rule, shared }),
+            Some(rule) => Lookup::Matched(Match {
+                rule,
+                shared,
+                secret_keys: &domain.secret_keys,
+            }),
             None => Lookup::NoMatch,
         }
+    }
+
+    /// The keys whose values `domain`'s rules mark secret (`redact: true`),
+    /// for [`super::Redactor::show`].
+    pub fn secret_keys(&self, domain: &str) -> &[Box<str>] {
+        self.domain(domain).map_or(&[], |d| &d.secret_keys)
     }
 
     /// One summary per domain, sorted by domain name.

@@ -18,6 +18,7 @@ mod index;
 #[cfg(test)]
 pub(crate) use index::DomainSummary;
 mod model;
+mod redact;
 mod rule;
 mod specs;
 mod validation;
@@ -27,6 +28,7 @@ pub(crate) mod xds;
 pub(crate) use index::{Algorithm, Limit, Match, Policy, Rule, StepMatch, Walk};
 pub use index::{Index, Lookup};
 pub(crate) use index::{Metadata, SharedIndex};
+pub use redact::{RedactError, Redactor};
 pub(crate) use specs::{single_spec, specs};
 pub use validation::{ConfigError, LoadOptions, Source, load_dir, load_sources};
 pub(crate) use watch::DEFAULT_POLL_INTERVAL;

@@ -30,6 +30,7 @@ pub(crate) const DESCRIPTOR_KEYS: &[&str] = &[
     "detailed_metric",
     "value_to_metric",
     "share_threshold",
+    "redact",
 ];
 
 /// Keys allowed in a `rate_limit` map. `unit_multiplier`, `algorithm`,
@@ -93,6 +94,9 @@ pub(crate) struct Descriptor {
     pub(crate) value_to_metric: Option<bool>,
     /// All values matching this wildcard node share one counter.
     pub(crate) share_threshold: Option<bool>,
+    /// Extension: the values of this node's key are secret in its domain
+    /// (shown only as tags outside the counting).
+    pub(crate) redact: Option<bool>,
 }
 
 /// The `rate_limit` map of a descriptor node.

@@ -8,7 +8,7 @@ use super::Limiter;
 use super::answer::{Code, Status};
 use super::error::LimitError;
 use super::pick::{Overall, pick};
-use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations};
+use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations, store_tags};
 use crate::config::single_spec;
 use crate::config::{Limit, Lookup, Policy, StepMatch};
 use crate::descriptor::Request;
@@ -164,8 +164,9 @@ impl<S: Store> Limiter<S> {
         let (mut window_reads, mut window_ops): (Vec<Read>, Vec<Op>) = (Vec::new(), Vec::new());
         let mut held_blocks: Vec<((usize, usize), Option<u64>)> = Vec::new();
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
+        let tags = store_tags(&self.redactor, &index, domain);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
-            let Some((limits, id, specs)) = operations(domain, descriptor, plan) else {
+            let Some((limits, id, specs)) = operations(domain, descriptor, plan, tags) else {
                 continue;
             };
             let hits = descriptor.hits_addend.unwrap_or(request_hits);
@@ -323,6 +324,7 @@ impl<S: Store> Limiter<S> {
 
         let mut overall = Overall::default();
         let mut slots = slots.iter().peekable();
+        let secret_keys = index.secret_keys(domain);
         let mut descriptors = Vec::with_capacity(plans.len());
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
             let walk = walks.get(i);
@@ -336,7 +338,10 @@ impl<S: Store> Limiter<S> {
                 .zip(walk.map(|w| w.steps.as_slice()).unwrap_or_default())
                 .map(|(entry, matched)| Step {
                     key: entry.key.clone(),
-                    value: entry.value.clone(),
+                    value: self
+                        .redactor
+                        .show(secret_keys, &entry.key, &entry.value)
+                        .into_owned(),
                     matched: matched.clone(),
                 })
                 .collect();

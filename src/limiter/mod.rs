@@ -32,7 +32,7 @@ pub(crate) use options::RequestBounds;
 pub use options::{FailureMode, LimiterOptions};
 
 use crate::clock::Clock;
-use crate::config::SharedIndex;
+use crate::config::{Redactor, SharedIndex};
 use crate::descriptor::Request;
 use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
@@ -59,6 +59,8 @@ pub struct Limiter<S> {
     failures: QuietLog,
     /// Blocks of leased limits (`lease: true`), on a store that keeps them.
     leases: Option<Leases>,
+    /// How secret descriptor values are shown, and stored.
+    redactor: Arc<Redactor>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -82,7 +84,22 @@ impl<S: Store> Limiter<S> {
             options,
             failures: QuietLog::default(),
             leases,
+            redactor: Arc::new(Redactor::random()),
         }
+    }
+
+    /// Shows and stores secret values through `redactor` instead of a
+    /// private one with a random key and only the rules' secret keys.
+    #[must_use]
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
+    /// How secret descriptor values are shown: every view, log line and
+    /// metric name built from request values goes through it.
+    pub fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
     }
 
     /// Records into `metrics` instead of a private set.
@@ -182,7 +199,7 @@ impl<S: Store> Limiter<S> {
             .map(|descriptor| self.plan(&index, &request.domain, descriptor))
             .collect();
         apply_replaces(&mut plans);
-        let mut work = self.operations(request, &plans, now);
+        let mut work = self.operations(&index, request, &plans, now);
         work.count_nothing_when_cached();
         self.ask_store(&mut work, &plans, now, deadline).await?;
         self.put_back_refused(&mut work);

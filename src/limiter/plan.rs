@@ -4,7 +4,7 @@
 
 use super::Limiter;
 use crate::algorithm::{Outcome, Spec};
-use crate::config::{Algorithm, Index, Limit, Lookup, Match, Metadata, Policy, specs};
+use crate::config::{Algorithm, Index, Limit, Lookup, Match, Metadata, Policy, Redactor, specs};
 use crate::descriptor::{Descriptor, Entry};
 use crate::store::{CounterId, Store};
 use std::borrow::Cow;
@@ -121,7 +121,12 @@ impl<S: Store> Limiter<S> {
                 quota_mode: self.options.global_quota_mode,
                 replaces: &[],
                 shared: Vec::new(),
-                stats_key: Cow::Owned(runtime_stats_key(domain, descriptor)),
+                stats_key: Cow::Owned(runtime_stats_key(
+                    domain,
+                    descriptor,
+                    &self.redactor,
+                    index.secret_keys(domain),
+                )),
                 metadata: None,
                 entries: descriptor.entries.len(),
                 slot: None,
@@ -170,7 +175,7 @@ impl<S: Store> Limiter<S> {
             shadow_mode: matched.rule.shadow_mode,
             quota_mode: matched.rule.quota_mode || self.options.global_quota_mode,
             replaces: &matched.rule.replaces,
-            stats_key: matched.stats_key_cow(own),
+            stats_key: matched.stats_key_cow(own, &self.redactor),
             shared: matched.shared,
             metadata: matched.rule.metadata.as_ref(),
             entries: own.len(),
@@ -262,16 +267,37 @@ pub(super) fn apply_replaces(plans: &mut [Plan<'_>]) {
 }
 
 /// The reference's stats key for a request override: the full runtime path
-/// `domain.k1_v1.k2_v2` (its cardinality is capped by the metrics).
-pub(super) fn runtime_stats_key(domain: &str, descriptor: &Descriptor) -> String {
+/// `domain.k1_v1.k2_v2` (its cardinality is capped by the metrics), secret
+/// values (of `secret_keys` or the redactor's) as their tags.
+pub(super) fn runtime_stats_key(
+    domain: &str,
+    descriptor: &Descriptor,
+    redactor: &Redactor,
+    secret_keys: &[Box<str>],
+) -> String {
     let mut key = domain.to_owned();
     for entry in &descriptor.entries {
         key.push('.');
         key.push_str(&entry.key);
         key.push('_');
-        key.push_str(&entry.value);
+        key.push_str(&redactor.show(secret_keys, &entry.key, &entry.value));
     }
     key
+}
+
+/// With `REDACT_STORE_KEYS` and a secret key in `domain`: the redactor and
+/// the domain's secret keys, for [`operations`] to put tags in the store's
+/// keys; otherwise `None` (the common case costs one branch).
+pub(super) fn store_tags<'i>(
+    redactor: &'i Redactor,
+    index: &'i Index,
+    domain: &str,
+) -> Option<(&'i Redactor, &'i [Box<str>])> {
+    if !redactor.stores_tags() {
+        return None;
+    }
+    let keys = index.secret_keys(domain);
+    redactor.is_active(keys).then_some((redactor, keys))
 }
 
 /// A limited plan's limits, counter identity and operations (each with the
@@ -286,6 +312,7 @@ pub(super) fn operations<'p>(
     domain: &str,
     descriptor: &Descriptor,
     plan: &'p Plan<'_>,
+    tags: Option<(&Redactor, &[Box<str>])>,
 ) -> Option<Operations<'p>> {
     let Plan::Limited {
         limits,
@@ -299,7 +326,21 @@ pub(super) fn operations<'p>(
         return None;
     };
     let own = descriptor.entries.get(..*entries).unwrap_or_default();
-    let id = counter_id(domain, own, shared);
+    let id = match tags {
+        None => counter_id(domain, own, shared),
+        Some((redactor, keys)) => {
+            let tagged: Vec<Entry> = own
+                .iter()
+                .map(|entry| Entry {
+                    key: entry.key.clone(),
+                    value: redactor
+                        .store_value(keys, &entry.key, &entry.value)
+                        .into_owned(),
+                })
+                .collect();
+            counter_id(domain, &tagged, shared)
+        }
+    };
     // Borrowed from the rule: copied only for a concurrency limit, whose
     // operations carry the request's member.
     let mut specs = Cow::Borrowed(&**specs);

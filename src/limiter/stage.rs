@@ -5,7 +5,7 @@
 //! policy, and hits put back when the request is refused as a whole.
 
 use super::lease::Admit;
-use super::plan::{Pending, Plan, failure_outcome, is_candidate, operations};
+use super::plan::{Pending, Plan, failure_outcome, is_candidate, operations, store_tags};
 use super::{FailureMode, LimitError, Limiter};
 use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
@@ -76,6 +76,7 @@ impl<S: Store> Limiter<S> {
     /// store's batch ([`Limiter::place`]).
     pub(super) fn operations(
         &self,
+        index: &Index,
         request: &Request,
         plans: &[Plan<'_>],
         now: UnixMillis,
@@ -88,8 +89,11 @@ impl<S: Store> Limiter<S> {
             locals: Vec::new(),
             stop_when_over,
         };
+        // With REDACT_STORE_KEYS, counters of secret values are named by
+        // their tags.
+        let tags = store_tags(&self.redactor, index, &request.domain);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
-            let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan)
+            let Some((limits, mut id, specs)) = operations(&request.domain, descriptor, plan, tags)
             else {
                 continue;
             };

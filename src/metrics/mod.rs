@@ -15,6 +15,7 @@
 //! listener (`mapper`, `mapped`) and to statsd (`statsd`, a background
 //! task: requests only bump atomics). `process` reads `/proc/self`.
 
+pub(crate) mod admin;
 mod histogram;
 pub(crate) mod history;
 pub(crate) mod lease;
@@ -32,6 +33,7 @@ mod striped;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use admin::{AdminResult, View};
 pub(crate) use mapper::MetricType;
 pub use mapper::{Mapper, MapperError};
 pub use reload::ReloadStats;
@@ -169,6 +171,8 @@ pub struct Metrics {
     pub rlqs: rlqs::RlqsMetrics,
     /// Leased blocks taken, given back and stranded.
     pub lease: lease::LeaseMetrics,
+    /// Calls to the operator views.
+    pub admin: admin::AdminMetrics,
     /// The last 15 minutes, for the live page.
     history: history::History,
 }
@@ -202,6 +206,7 @@ impl Metrics {
             statsd_dropped: AtomicU64::new(0),
             rlqs: rlqs::RlqsMetrics::default(),
             lease: lease::LeaseMetrics::default(),
+            admin: admin::AdminMetrics::default(),
             history: history::History::default(),
         }
     }

@@ -165,6 +165,7 @@ impl Metrics {
             "# HELP ratelimit_shed_total Requests answered by FAILURE_MODE at once, uncounted, because their caller's deadline passed before they were served.\n# TYPE ratelimit_shed_total counter\nratelimit_shed_total{{reason=\"deadline\"}} {}",
             self.shed.load(Ordering::Relaxed)
         );
+        self.admin.render(&mut out);
         out
     }
 }

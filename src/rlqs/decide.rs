@@ -4,7 +4,7 @@
 use super::state::BucketKey;
 use super::{RlqsOptions, Unmatched, state};
 use crate::algorithm::quota_split::{Budget, Strategy};
-use crate::config::{Algorithm, Index, Limit, Lookup, Policy};
+use crate::config::{Algorithm, Index, Limit, Lookup, Policy, Redactor};
 use crate::store::CounterId;
 
 /// What the rules say about a bucket.
@@ -29,12 +29,15 @@ pub(crate) enum Decision {
     },
 }
 
-/// What the rules in `index` say about bucket `key` of `domain`.
+/// What the rules in `index` say about bucket `key` of `domain`; the
+/// bucket's identity holds secret values as `redactor` stores them
+/// (`REDACT_STORE_KEYS`), as RLS counters do.
 pub(crate) fn decide(
     index: &Index,
     domain: &str,
     key: &BucketKey,
     options: &RlqsOptions,
+    redactor: &Redactor,
 ) -> Decision {
     let unmatched = match options.unmatched {
         Unmatched::AllowAll => Strategy::AllowAll,
@@ -80,16 +83,22 @@ pub(crate) fn decide(
             reason: "requests_per_unit is 0",
         };
     };
+    let values: Vec<std::borrow::Cow<'_, str>> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            found.shared.iter().find(|(at, _)| *at == i).map_or_else(
+                || redactor.store_value(found.secret_keys, &entry.key, &entry.value),
+                |(_, pattern)| std::borrow::Cow::Borrowed(*pattern),
+            )
+        })
+        .collect();
     let id = CounterId::new(
         domain,
-        entries.iter().enumerate().map(|(i, entry)| {
-            let value = found
-                .shared
-                .iter()
-                .find(|(at, _)| *at == i)
-                .map_or(entry.value.as_str(), |(_, pattern)| *pattern);
-            (entry.key.as_str(), value)
-        }),
+        entries
+            .iter()
+            .zip(&values)
+            .map(|(entry, value)| (entry.key.as_str(), &**value)),
     );
     Decision::Split {
         id,

@@ -80,6 +80,8 @@ pub(crate) struct Sources {
     pub clock: Arc<dyn Clock>,
     /// Where the RLQS figures are counted (`Metrics::rlqs`).
     pub metrics: Arc<Metrics>,
+    /// How secret bucket values are shown.
+    pub redactor: Arc<crate::config::Redactor>,
 }
 
 #[derive(Debug)]
@@ -181,7 +183,7 @@ impl Shared {
             let requests = usage
                 .num_requests_allowed
                 .saturating_add(usage.num_requests_denied);
-            let decision = decide(&index, &domain, &key, options);
+            let decision = decide(&index, &domain, &key, options, &self.sources.redactor);
             let (step, new) = stream.state.observe(
                 &key,
                 requests,

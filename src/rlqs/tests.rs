@@ -34,8 +34,10 @@ const RULES: &str = include_str!("../../tests/fixtures/rlqs/edge.yaml");
 fn buckets_match_like_descriptors() {
     let index = index(RULES);
     let options = RlqsOptions::default();
-    let decide =
-        |domain: &str, pairs: &[(&str, &str)]| decide(&index, domain, &key(pairs), &options);
+    let redactor = crate::config::Redactor::random();
+    let decide = |domain: &str, pairs: &[(&str, &str)]| {
+        decide(&index, domain, &key(pairs), &options, &redactor)
+    };
     let Decision::Split { budget, id, rule } = decide("edge", &[("user", "alice")]) else {
         panic!("user is limited");
     };
@@ -49,6 +51,19 @@ fn buckets_match_like_descriptors() {
     );
     assert_eq!(id, CounterId::new("edge", [("user", "alice")]));
     assert_eq!(rule, "edge.user");
+    // REDACT_STORE_KEYS: the registry's key holds a secret value's tag.
+    let tagging = crate::config::Redactor::new(None, vec!["user".into()], true).unwrap();
+    let Decision::Split { id, .. } = super::decide::decide(
+        &index,
+        "edge",
+        &key(&[("user", "alice")]),
+        &options,
+        &tagging,
+    ) else {
+        panic!("user is limited");
+    };
+    let tag = tagging.tag("alice");
+    assert_eq!(id, CounterId::new("edge", [("user", tag.as_str())]));
     // Pairs in key order: {user, plan} is the descriptor plan, user.
     let Decision::Split { budget, rule, .. } = decide("edge", &[("user", "bob"), ("plan", "free")])
     else {
@@ -76,11 +91,13 @@ fn buckets_match_like_descriptors() {
 fn blanket_answers() {
     let index = index(RULES);
     let options = RlqsOptions::default();
+    let redactor = crate::config::Redactor::random();
     let strategy = |domain: &str, pairs: &[(&str, &str)], options: &RlqsOptions| match decide(
         &index,
         domain,
         &key(pairs),
         options,
+        &redactor,
     ) {
         Decision::Blanket { strategy, .. } => Some(strategy),
         Decision::Split { .. } => None,

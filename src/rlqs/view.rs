@@ -97,7 +97,13 @@ pub(crate) async fn explain(
     let now = sources.clock.now();
     let mut view = SplitView {
         domain: domain.to_owned(),
-        bucket: key.clone(),
+        bucket: key
+            .iter()
+            .map(|(k, v)| {
+                let shown = sources.redactor.show(index.secret_keys(domain), k, v);
+                (k.clone(), shown.into_owned())
+            })
+            .collect(),
         rule: None,
         reason: None,
         blanket: None,
@@ -105,7 +111,7 @@ pub(crate) async fn explain(
         burst: None,
         members: Vec::new(),
     };
-    match decide(&index, domain, key, options) {
+    match decide(&index, domain, key, options, &sources.redactor) {
         Decision::Blanket { strategy, reason } => {
             view.reason = Some(reason);
             view.blanket = Some(strategy.into());

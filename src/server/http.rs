@@ -12,6 +12,7 @@ mod json;
 mod top;
 
 pub use explain::{ExplainError, explain_json};
+pub(crate) use top::PAGE;
 pub(crate) mod rlqs;
 
 use super::health::Health;
@@ -40,32 +41,41 @@ struct AppState {
     max_body: usize,
 }
 
-/// Builds the HTTP router.
+/// Builds the HTTP router: the probes, `/json`, `/metrics` and
+/// `/rlconfig` open to every client; the operator views (these and
+/// `rlqs_view`) behind `guard`, the one access layer.
 pub(crate) fn router(
     health: Health,
     limiter: Arc<Limiter<StoreKind>>,
     reloads: Option<Arc<ReloadStats>>,
     max_body: usize,
+    rlqs_view: Router,
+    guard: impl FnOnce(Router) -> Router,
 ) -> Router {
+    let state = AppState {
+        health,
+        limiter,
+        reloads,
+        max_body,
+    };
+    let views = Router::new()
+        .route("/explain", post(explain::explain))
+        .route("/top", get(top::top))
+        .route("/history", get(history))
+        .route("/", get(top::page))
+        .with_state(state.clone())
+        .merge(rlqs_view);
     Router::new()
         .route("/healthcheck", get(healthcheck))
         .route("/livez", get(livez))
         .route("/json", post(json))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(metrics))
-        .route("/explain", post(explain::explain))
-        .route("/top", get(top::top))
-        .route("/history", get(history))
-        .route("/", get(top::page))
+        .with_state(state)
+        .merge(guard(views))
         // `/json` reads its body with its own bound, answered 400 like any
         // other bad request.
         .layer(DefaultBodyLimit::disable())
-        .with_state(AppState {
-            health,
-            limiter,
-            reloads,
-            max_body,
-        })
 }
 
 /// What the Prometheus listener needs: the mapping and `EXTRA_TAGS`.

@@ -11,6 +11,7 @@
 //! its last snapshot, with every answer in it) and background tasks are
 //! cancelled and awaited.
 
+mod access;
 mod aged;
 use tokio_stream::StreamExt as _;
 mod grpc;
@@ -26,6 +27,7 @@ use crate::limiter::Limiter;
 use crate::proto::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::store::StoreKind;
+pub use access::{AccessOptions, LineProblem, TokensError};
 use arc_swap::ArcSwap;
 use health::Health;
 pub use http::{ExplainError, explain_json};
@@ -91,8 +93,18 @@ pub async fn serve_with_debug(
         .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(ServeError::Reflection)?;
+    let (access, token_bytes) =
+        access::Access::new(&options.access, limiter.metrics().clone(), http::PAGE)
+            .map_err(ServeError::Tokens)?;
+    let access = Arc::new(access);
 
     let tracker = TaskTracker::new();
+    tracker.spawn(
+        access
+            .clone()
+            .watch(token_bytes, shutdown.clone())
+            .instrument(info_span!("admin_tokens")),
+    );
     let tls_config = match &options.tls {
         Some(tls_options) => {
             let (config, digest) = tls::load(tls_options).map_err(ServeError::Tls)?;
@@ -243,11 +255,24 @@ pub async fn serve_with_debug(
         );
         spawn_listener(&tracker, listener, router, &draining, "metrics");
     }
+    let guard = |views: axum::Router| {
+        views.route_layer(axum::middleware::from_fn_with_state(
+            access.clone(),
+            access::guard,
+        ))
+    };
+    let router = http::router(
+        health,
+        limiter.clone(),
+        reloads,
+        options.max_request_bytes,
+        http::rlqs::router(rlqs_sources(&limiter), options.rlqs.clone()),
+        guard,
+    );
+    // The access layer decides on the peer's address.
     let http = axum::serve(
         listeners.http,
-        http::router(health, limiter.clone(), reloads, options.max_request_bytes).merge(
-            http::rlqs::router(rlqs_sources(&limiter), options.rlqs.clone()),
-        ),
+        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
     .with_graceful_shutdown(draining.clone().cancelled_owned());
 
@@ -432,5 +457,6 @@ fn rlqs_sources(limiter: &Limiter<StoreKind>) -> crate::rlqs::Sources {
         store: limiter.store().clone(),
         clock: limiter.clock().clone(),
         metrics: limiter.metrics().clone(),
+        redactor: limiter.redactor().clone(),
     }
 }

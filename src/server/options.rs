@@ -156,6 +156,8 @@ pub struct ServeOptions {
     /// `TRACING_ENABLED`: span every `ShouldRateLimit` call; `None` traces
     /// nothing and reads no trace header.
     pub tracer: Option<crate::otel::RequestTracer>,
+    /// Who may use the operator views.
+    pub access: super::access::AccessOptions,
 }
 
 /// How the reference's stats leave the process.
@@ -187,6 +189,7 @@ impl Default for ServeOptions {
             rule_feed: None,
             rlqs: crate::rlqs::RlqsOptions::default(),
             tracer: None,
+            access: super::access::AccessOptions::default(),
         }
     }
 }
@@ -273,4 +276,7 @@ pub enum ServeError {
     /// The gRPC TLS configuration could not be built.
     #[error("cannot set up grpc tls")]
     Tls(#[source] TlsError),
+    /// The admin tokens file cannot be used.
+    #[error("cannot use the admin tokens")]
+    Tokens(#[source] super::access::TokensError),
 }

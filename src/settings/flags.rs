@@ -132,6 +132,25 @@ pub struct ServeArgs {
     /// Rate Limit Quota Service settings.
     #[command(flatten)]
     pub rlqs_args: RlqsArgs,
+    /// Who may use the operator views, and what they show.
+    #[command(flatten)]
+    pub access_args: AccessArgs,
+}
+
+/// Flags of the operator views' access and of redaction; each falls back to
+/// its environment variable.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AccessArgs {
+    #[arg(long, value_name = "CIDRS", help = vars::admin_trusted_networks.help())]
+    pub(crate) admin_trusted_networks: Option<String>,
+    #[arg(long, value_name = "FILE", help = vars::admin_tokens_file.help())]
+    pub(crate) admin_tokens_file: Option<PathBuf>,
+    #[arg(long, value_name = "KEYS", help = vars::redact_descriptor_keys.help())]
+    pub(crate) redact_descriptor_keys: Option<String>,
+    #[arg(long, value_name = "FILE", help = vars::redact_key_file.help())]
+    pub(crate) redact_key_file: Option<PathBuf>,
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", help = vars::redact_store_keys.help())]
+    pub(crate) redact_store_keys: Option<bool>,
 }
 
 /// OTLP transport of spans.

@@ -5,6 +5,7 @@
 //! The environment is passed in as a map, so tests never touch the process
 //! environment.
 
+mod access;
 mod flags;
 mod memcache;
 mod otlp;
@@ -20,9 +21,9 @@ mod xds;
 
 pub(crate) use crate::telemetry::LogFormat;
 pub(crate) use flags::TracingExporterProtocol;
+pub(crate) use flags::{AccessArgs, RlqsArgs, StoreArgs};
 pub use flags::{BackendType, ServeArgs};
 pub(crate) use flags::{OnStoreError, RedisType, RlqsUnmatched};
-pub(crate) use flags::{RlqsArgs, StoreArgs};
 pub use parse::DurationError;
 pub(crate) use parse::parse_duration;
 use parse::{
@@ -104,6 +105,8 @@ pub struct Settings {
     pub force_start_without_initial_config: bool,
     /// `tracing_enabled`: where and how spans are exported; `None` when off.
     pub tracing: Option<crate::otel::TracingSettings>,
+    /// How secret descriptor values are shown, and stored.
+    pub redactor: Arc<crate::config::Redactor>,
 }
 
 /// A setting that could not be understood.
@@ -437,6 +440,7 @@ impl Settings {
         Ok(Self {
             stats,
             xds: xds::xds_options(&args.xds_args, &get)?,
+            redactor: Arc::new(access::redactor(&args.access_args, &get)?),
             force_start_without_initial_config: flag(
                 args.xds_args.force_start_without_initial_config,
                 vars::force_start_without_initial_config.name,
@@ -566,6 +570,7 @@ impl Settings {
                     .or_else(|| get(vars::prometheus_path.name).map(str::to_owned))
                     .unwrap_or_else(|| "/metrics".to_owned()),
                 rlqs: rlqs_options(&args.rlqs_args, &get, bounds, global_shadow_mode)?,
+                access: access::access_options(&args.access_args, &get)?,
                 ..serve_defaults
             },
         })

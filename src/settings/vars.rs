@@ -75,12 +75,14 @@ pub(crate) fn expand(text: &str) -> String {
     out
 }
 
+mod access;
 mod memcache;
 mod serve;
 mod sources;
 mod stats;
 mod store;
 
+pub(crate) use access::*;
 pub(crate) use memcache::*;
 pub(crate) use serve::*;
 pub(crate) use sources::*;
@@ -224,6 +226,11 @@ pub(crate) const ALL: &[Var] = &[
     rlqs_assignment_ttl,
     rlqs_idle_timeout,
     rlqs_max_buckets_per_stream,
+    admin_trusted_networks,
+    admin_tokens_file,
+    redact_descriptor_keys,
+    redact_key_file,
+    redact_store_keys,
     redis_persecond_type,
     redis_persecond_auth,
     redis_persecond_auth_file,

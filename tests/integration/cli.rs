@@ -353,3 +353,50 @@ fn a_duration_go_refuses_stops_serve_naming_the_variable() {
         "{stderr}"
     );
 }
+
+/// `floodgate serve` with `flag` naming a file holding `content`: it
+/// exits 1, and its error names the file (`says` of its path); the log.
+fn refused_at_start(
+    flag: &str,
+    content: &str,
+    says: impl Fn(&std::path::Path) -> String,
+) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, content).unwrap();
+    let out = serve_on_any_port(repo("examples/config"))
+        .arg(flag)
+        .arg(&file)
+        .env_clear()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&says(&file)), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_bad_tokens_file_is_a_start_error_naming_file_and_line() {
+    let stderr = refused_at_start(
+        "--admin-tokens-file",
+        "alice:alice-token-0123456789\nalice:bob-token-abcdefghijklm\n",
+        |file| {
+            format!(
+                "admin tokens file {}, line 2: the name is given twice",
+                file.display()
+            )
+        },
+    );
+    assert!(!stderr.contains("-token-"), "{stderr}");
+}
+
+#[test]
+fn a_short_redaction_key_is_a_start_error() {
+    refused_at_start("--redact-key-file", "too short\n", |file| {
+        format!(
+            "redaction key file {} holds 9 bytes, fewer than 32",
+            file.display()
+        )
+    });
+}

@@ -8,10 +8,12 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access;
 mod cli;
 mod grpc;
 mod http;
 mod overload;
+mod redact;
 mod reload;
 mod snapshot;
 mod tls;

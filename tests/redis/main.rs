@@ -18,5 +18,6 @@ mod lease_faults;
 mod lease_model;
 mod memcached;
 mod model;
+mod redact;
 mod redis;
 mod rlqs;

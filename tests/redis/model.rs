@@ -1104,6 +1104,11 @@ fn check(
         ManualClock::new(UnixMillis(STARTS[sc.start])),
         ManualClock::new(UnixMillis(STARTS[sc.start])),
     ];
+    // REDACT_STORE_KEYS on every key of the rules, one key file for both
+    // instances: the store sees tags only, and every answer is the model's.
+    let redactor = Arc::new(
+        floodgate::Redactor::new(None, (0..KEYS).map(|i| format!("k{i}")).collect(), true).unwrap(),
+    );
     let limiters: Vec<Limiter<StoreKind>> = clocks
         .iter()
         .map(|c| {
@@ -1113,6 +1118,7 @@ fn check(
                 Arc::new(c.clone()),
                 options.clone(),
             )
+            .with_redactor(redactor.clone())
         })
         .collect();
     let mut model = Model {

@@ -68,8 +68,25 @@ pub struct Floodgate {
 
 impl Floodgate {
     pub async fn start(env: &[(&str, String)]) -> Self {
+        Self::start_logged(env, Stdio::null()).await
+    }
+
+    /// [`Floodgate::start`], its log (stderr) written to `log`.
+    pub async fn start_logged(env: &[(&str, String)], log: impl Into<Stdio>) -> Self {
+        Self::start_with(&[("edge.yaml", RULES)], env, log).await
+    }
+
+    /// Serves the rule `files` (name, YAML), with `env`, its log (stderr)
+    /// written to `log`.
+    pub async fn start_with(
+        files: &[(&str, &str)],
+        env: &[(&str, String)],
+        log: impl Into<Stdio>,
+    ) -> Self {
         let rules = tempfile::tempdir().unwrap();
-        std::fs::write(rules.path().join("edge.yaml"), RULES).unwrap();
+        for (name, yaml) in files {
+            std::fs::write(rules.path().join(name), yaml).unwrap();
+        }
         let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
         let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
         command
@@ -85,7 +102,7 @@ impl Floodgate {
             .env("PROMETHEUS_ADDR", format!("127.0.0.1:{metrics_port}"))
             .env("LOG_LEVEL", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(log);
         for (key, value) in env {
             command.env(key, value);
         }

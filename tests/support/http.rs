@@ -13,10 +13,35 @@ pub struct HttpAnswer {
 
 /// Sends `method path` with an optional body and reads the whole answer.
 pub async fn send(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> HttpAnswer {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    send_from(None, addr, method, path, &[], body).await
+}
+
+/// [`send`] from the loopback address `from` (e.g. 127.0.0.2, to be outside
+/// a trusted 127.0.0.1/32), with extra `headers`.
+pub async fn send_from(
+    from: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> HttpAnswer {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .unwrap();
+    if let Some(ip) = from {
+        socket.bind(SocketAddr::new(ip, 0)).unwrap();
+    }
+    let mut stream = socket.connect(addr).await.unwrap();
     let body = body.unwrap_or("");
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();

@@ -81,7 +81,11 @@ impl Index {
             steps,
             ended_without_rule: matched.is_some() && rule.is_none(),
             lookup: match rule {
-                Some(rule) => Lookup::Matched(Match { rule, shared }),
+                Some(rule) => Lookup::Matched(Match {
+                    rule,
+                    shared,
+                    secret_keys: &index.secret_keys,
+                }),
                 None => Lookup::NoMatch,
             },
         }

@@ -306,12 +306,14 @@ impl<'o> Loader<'o> {
             .map(|domain| {
                 let mut rules = Vec::new();
                 let mut node_count = 0;
-                let root = freeze(domain.root, &mut rules, &mut node_count);
+                let mut secret_keys = Vec::new();
+                let root = freeze(domain.root, &mut rules, &mut node_count, &mut secret_keys);
                 DomainIndex {
                     name: domain.name,
                     root,
                     rules,
                     node_count,
+                    secret_keys: secret_keys.into(),
                 }
             })
             .collect();

@@ -9,6 +9,8 @@ pub(super) struct BuildNode {
     value: Option<String>,
     rule: Option<Rule>,
     share_threshold: bool,
+    /// `redact: true`: the values of `key` are secret in the domain.
+    redact: bool,
     children: BuildLevel,
 }
 
@@ -26,11 +28,20 @@ pub(super) struct BuildDomain {
 }
 
 /// Turns a build level into the lookup structure. Rules are numbered in
-/// pre-order, i.e. config order.
-pub(super) fn freeze(level: BuildLevel, rules: &mut Vec<Rule>, node_count: &mut usize) -> Level {
+/// pre-order, i.e. config order; the keys of `redact: true` nodes are added
+/// to `secret_keys` once each.
+pub(super) fn freeze(
+    level: BuildLevel,
+    rules: &mut Vec<Rule>,
+    node_count: &mut usize,
+    secret_keys: &mut Vec<Box<str>>,
+) -> Level {
     let mut out = Level::default();
     for node in level.nodes {
         *node_count += 1;
+        if node.redact && !secret_keys.iter().any(|k| **k == *node.key) {
+            secret_keys.push(node.key.as_str().into());
+        }
         let rule = node.rule.map(|rule| {
             rules.push(rule);
             rules.len() - 1
@@ -40,7 +51,7 @@ pub(super) fn freeze(level: BuildLevel, rules: &mut Vec<Rule>, node_count: &mut 
             .as_deref()
             .filter(|_| node.share_threshold)
             .map(Box::from);
-        let children = freeze(node.children, rules, node_count);
+        let children = freeze(node.children, rules, node_count, secret_keys);
         out.insert(
             &node.key,
             node.value.as_deref(),
@@ -172,6 +183,7 @@ pub(super) fn add_descriptors(
                 value: value.map(str::to_owned),
                 rule,
                 share_threshold,
+                redact: descriptor.redact.unwrap_or(false),
                 children,
             });
         }

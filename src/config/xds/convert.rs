@@ -156,6 +156,7 @@ fn descriptors(nodes: Vec<rls_conf::RateLimitDescriptor>) -> Vec<model::Descript
             detailed_metric: Some(d.detailed_metric),
             value_to_metric: None,
             share_threshold: None,
+            redact: None,
         })
         .collect()
 }

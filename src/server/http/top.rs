@@ -3,6 +3,7 @@
 //! request rate, the share over limit and the store's health.
 
 use super::AppState;
+use crate::config::Redactor;
 use crate::insight::top::TOP_K;
 use crate::insight::{By, TopItem, Window};
 use axum::extract::{RawQuery, State};
@@ -12,7 +13,7 @@ use serde::Serialize;
 
 /// The page: one self-contained HTML file (inline style and script, no
 /// external resource), refreshed every second from `/top` and `/metrics`.
-const PAGE: &str = include_str!("../page.html");
+pub(crate) const PAGE: &str = include_str!("../page.html");
 
 /// Items a `/top` answer lists when `n` is not given.
 const DEFAULT_N: usize = 10;
@@ -43,13 +44,18 @@ struct JsonDomains {
     domains: Vec<String>,
 }
 
-impl From<TopItem> for JsonItem {
-    fn from(item: TopItem) -> Self {
+impl JsonItem {
+    /// `item` as the view shows it: secret values (`keys` are the domain's
+    /// secret keys) as their tags.
+    fn shown(item: TopItem, redactor: &Redactor, keys: &[Box<str>]) -> Self {
         Self {
             entries: item
                 .entries
                 .into_iter()
-                .map(|(key, value)| JsonEntry { key, value })
+                .map(|(key, value)| {
+                    let value = redactor.show(keys, &key, &value).into_owned();
+                    JsonEntry { key, value }
+                })
                 .collect(),
             count: item.count,
             error: item.error,
@@ -141,6 +147,8 @@ pub(super) async fn top(State(state): State<AppState>, RawQuery(query): RawQuery
         )
             .into_response();
     }
+    let index = limiter.rules().load();
+    let keys = index.secret_keys(&domain);
     let items = limiter
         .top()
         .top(
@@ -151,7 +159,7 @@ pub(super) async fn top(State(state): State<AppState>, RawQuery(query): RawQuery
             limiter.clock().now(),
         )
         .into_iter()
-        .map(JsonItem::from)
+        .map(|item| JsonItem::shown(item, limiter.redactor(), keys))
         .collect();
     json_answer(
         StatusCode::OK,

@@ -6,7 +6,7 @@ use super::*;
 fn stats(index: &Index, pairs: &[(&str, &str)]) -> String {
     let request = entries(pairs);
     match index.lookup("d", &request) {
-        Lookup::Matched(m) => m.stats_key(&request),
+        Lookup::Matched(m) => m.stats_key(&request, &crate::config::Redactor::random()),
         other => panic!("{other:?}"),
     }
 }

@@ -179,3 +179,37 @@ descriptors:
          t.yaml: descriptors[2] (key=stray): slot_key and release_key are only valid with algorithm concurrency"
     );
 }
+
+#[test]
+fn redact_marks_a_key_secret_in_its_domain_and_must_be_a_boolean() {
+    let index = load_sources(
+        &[source(
+            "t.yaml",
+            "domain: d
+descriptors:
+  - key: api_key
+    redact: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    descriptors:
+      - key: user
+        redact: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 10}
+",
+        )],
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let keys: Vec<&str> = index.secret_keys("d").iter().map(|k| &**k).collect();
+    assert_eq!(keys, ["api_key", "user"]);
+    assert!(index.secret_keys("other").is_empty());
+    let errors = errors_of(
+        "domain: d
+descriptors:
+  - key: api_key
+    redact: 1
+",
+    );
+    assert!(errors.contains("redact"), "{errors}");
+}
