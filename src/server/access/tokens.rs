@@ -79,7 +79,7 @@ pub enum LineProblem {
     /// Not `NAME:TOKEN` or `NAME:TOKEN:write`.
     #[error("expected NAME:TOKEN or NAME:TOKEN:write")]
     Malformed,
-    /// A token shorter than [`MIN_TOKEN_CHARS`].
+    /// A token shorter than 16 characters.
     #[error("the token is shorter than 16 characters")]
     Short,
     /// A name given on an earlier line.
