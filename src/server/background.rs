@@ -1,0 +1,135 @@
+//! The server's background work: rule reloads, health following the store,
+//! stats export, leases' steps and the store's own work, each owned by the
+//! server's task tracker and ended by shutdown (the store's by the drain).
+
+use super::*;
+
+/// Background work owned by the server: every loop ends on `shutdown`,
+/// but the store's own, which ends on `drained`.
+pub(super) fn spawn_background(
+    tracker: &TaskTracker,
+    limiter: &Arc<Limiter<StoreKind>>,
+    options: &ServeOptions,
+    health: &Health,
+    shutdown: &CancellationToken,
+    drained: &CancellationToken,
+) {
+    if let Some(reload) = &options.reload {
+        let watcher = Watcher::new(
+            reload.dir.clone(),
+            reload.load.clone(),
+            limiter.rules().clone(),
+            reload.stats.clone(),
+            reload.baseline.clone(),
+        );
+        let health = health.clone();
+        tracker.spawn(
+            watcher
+                .run(reload.interval, shutdown.clone(), move |index| {
+                    let health = health.clone();
+                    async move { health.set_rules(&index).await }
+                })
+                .instrument(info_span!("config_watch")),
+        );
+    }
+    if let Some(feed) = &options.rule_feed {
+        let (mut feed, limiter, health) = (feed.clone(), limiter.clone(), health.clone());
+        let shutdown = shutdown.clone();
+        tracker.spawn(
+            async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        changed = feed.changed() => if !changed { return },
+                    }
+                    health.set_rules(&limiter.rules().load()).await;
+                }
+            }
+            .instrument(info_span!("xds_rules")),
+        );
+    }
+    {
+        let (store, clock) = (limiter.store().clone(), limiter.clock().clone());
+        let drained = drained.clone();
+        tracker.spawn(
+            async move { store.maintain(clock, drained).await }.instrument(info_span!("store")),
+        );
+    }
+    {
+        let (limiter, shutdown) = (limiter.clone(), shutdown.clone());
+        tracker.spawn(
+            async move { limiter.run_leases(shutdown).await }.instrument(info_span!("leases")),
+        );
+    }
+    {
+        // The live page's last 15 minutes: the counters sampled every step.
+        let (metrics, shutdown) = (limiter.metrics().clone(), shutdown.clone());
+        tracker.spawn(
+            async move {
+                let mut tick = tokio::time::interval(crate::metrics::history::STEP);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        _ = tick.tick() => metrics.record_history(std::time::Instant::now()),
+                    }
+                }
+            }
+            .instrument(info_span!("history")),
+        );
+    }
+    if options.health_follows_store {
+        // Health follows whether the store answers, every second: a Redis
+        // lost later turns the instance NOT_SERVING, and back.
+        let (limiter, health, shutdown) = (limiter.clone(), health.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            let mut poll = tokio::time::interval(STORE_HEALTH_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut serving = limiter.store().is_ready();
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = poll.tick() => {
+                        let answers = limiter.store().is_ready() && limiter.store().answers().await;
+                        if answers != serving {
+                            serving = answers;
+                            health.set_store_ready(answers).await;
+                            if answers {
+                                info!("store answers again; serving");
+                            } else {
+                                warn!("store does not answer; health NOT_SERVING");
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    } else if !limiter.store().is_ready() {
+        // Health stays NOT_SERVING until the store is connected, so probes
+        // never route traffic to an instance that can only answer
+        // UNAVAILABLE.
+        let (limiter, health, shutdown) = (limiter.clone(), health.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            let mut poll = tokio::time::interval(STORE_READY_POLL);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = poll.tick() => if limiter.store().is_ready() { break },
+                }
+            }
+            health.set_store_ready(true).await;
+            info!("store ready; serving");
+        });
+    }
+}
+
+/// RLQS reads the rules, store, clock and metrics the RLS limiter uses.
+pub(super) fn rlqs_sources(limiter: &Limiter<StoreKind>) -> crate::rlqs::Sources {
+    crate::rlqs::Sources {
+        rules: limiter.rules().clone(),
+        store: limiter.store().clone(),
+        clock: limiter.clock().clone(),
+        metrics: limiter.metrics().clone(),
+        redactor: limiter.redactor().clone(),
+    }
+}
