@@ -158,31 +158,35 @@ fn http_get(port: u16, path: &str) -> std::io::Result<String> {
 
 #[test]
 fn serve_with_an_unreadable_tls_certificate_exits_1() {
-    let out = floodgate()
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--grpc-server-use-tls",
-            "--grpc-server-tls-cert",
-            "/nonexistent/tls.crt",
-            "--grpc-server-tls-key",
-            "/nonexistent/tls.key",
-            "--config-dir",
-        ])
-        .arg(repo("examples/config"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(
-            "cannot set up grpc tls: cannot read tls certificate file /nonexistent/tls.crt"
-        ),
-        "{stderr}"
+    let out = &mut floodgate();
+    out.args([
+        "serve",
+        "--grpc-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--grpc-server-use-tls",
+        "--grpc-server-tls-cert",
+        "/nonexistent/tls.crt",
+        "--grpc-server-tls-key",
+        "/nonexistent/tls.key",
+        "--config-dir",
+    ])
+    .arg(repo("examples/config"));
+    exits_1_saying(
+        out,
+        "cannot set up grpc tls: cannot read tls certificate file /nonexistent/tls.crt",
     );
+}
+
+/// Runs `command`: it must exit 1 with `says` in its error output, which
+/// is returned.
+fn exits_1_saying(command: &mut Command, says: &str) -> String {
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(says), "{stderr}");
+    stderr
 }
 
 #[test]
@@ -338,19 +342,12 @@ fn a_redis_never_reached_stops_the_process_after_the_startup_time() {
 /// binds, the error naming the variable and why.
 #[test]
 fn a_duration_go_refuses_stops_serve_naming_the_variable() {
-    let out = serve_on_any_port(repo("examples/config"))
-        .env_clear()
-        .env("BACKEND_TYPE", "redis")
-        .env("REDIS_TIMEOUT", "1d")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains(
-            "environment variable REDIS_TIMEOUT='1d' is not a duration floodgate takes: unknown unit 'd'"
-        ),
-        "{stderr}"
+    exits_1_saying(
+        serve_on_any_port(repo("examples/config"))
+            .env_clear()
+            .env("BACKEND_TYPE", "redis")
+            .env("REDIS_TIMEOUT", "1d"),
+        "environment variable REDIS_TIMEOUT='1d' is not a duration floodgate takes: unknown unit 'd'",
     );
 }
 
@@ -364,16 +361,13 @@ fn refused_at_start(
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, content).unwrap();
-    let out = serve_on_any_port(repo("examples/config"))
-        .arg(flag)
-        .arg(&file)
-        .env_clear()
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains(&says(&file)), "{stderr}");
-    stderr
+    exits_1_saying(
+        serve_on_any_port(repo("examples/config"))
+            .arg(flag)
+            .arg(&file)
+            .env_clear(),
+        &says(&file),
+    )
 }
 
 #[test]
