@@ -30,7 +30,7 @@
 //! is otherwise equivalent.
 
 pub(crate) use super::rule::Metadata;
-pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule, SlotKeys};
+pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule, SlotKeys, TableUse};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
 

@@ -31,10 +31,12 @@ mod tree;
 pub use error::ConfigError;
 pub(crate) use error::ConfigIssue;
 use keys::{MapKind, check_keys};
-use rate_limit::{check_rate_limit, check_rate_limits};
+use rate_limit::{check_rate_limit, check_rate_limits, check_table};
 use tree::{BuildDomain, BuildLevel, add_descriptors, freeze};
 
-use super::index::{Algorithm, DomainIndex, Index, Level, Limit, Node, PathStep, Policy, Rule};
+use super::index::{
+    Algorithm, DomainIndex, Index, Level, Limit, Node, PathStep, Policy, Rule, TableUse,
+};
 use super::model::{self, DESCRIPTOR_KEYS, RATE_LIMIT_KEYS, REPLACES_KEYS, ROOT_KEYS};
 use crate::algorithm::MAX_LIMITS;
 use crate::descriptor::Unit;
