@@ -57,7 +57,10 @@ pub use clock::{Clock, ManualClock, SystemClock, UnixMillis};
 pub use config::xds::{
     Backoff, RATE_LIMIT_CONFIG_TYPE, RuleFeed, XdsClient, XdsError, XdsOptions, XdsTls,
 };
-pub use config::{ConfigError, Index, LoadOptions, Lookup, Source, load_dir, load_sources};
+pub use config::{
+    Action, AuditPage, Change, ConfigError, Index, KeyedEntry, LoadOptions, Lookup, Page, Source,
+    TableEntry, TableError, TableSummary, Tables, Unkept, Window, Writing, load_dir, load_sources,
+};
 pub use descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
 pub use insight::TopRecorder;
 pub use limiter::{Code, FailureMode, HeaderNames, LimitError, Limiter, LimiterOptions, Response};

@@ -9,6 +9,8 @@ use super::answer::{Code, Status};
 use super::error::LimitError;
 use super::pick::{Overall, pick};
 use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations};
+use super::stage::apply_tables;
+use crate::config::TableEntry;
 use crate::config::single_spec;
 use crate::config::{Limit, Lookup, Policy, StepMatch};
 use crate::descriptor::Request;
@@ -81,6 +83,19 @@ pub struct WindowState {
     pub lease: Option<u64>,
 }
 
+/// The limit table a descriptor's rule reads, and what it found there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRead {
+    /// The table's name.
+    pub table: String,
+    /// The descriptor entry whose value keys it (`table_key`).
+    pub key: String,
+    /// That entry's value in the request (`None`: the descriptor has none).
+    pub value: Option<String>,
+    /// The entry used; `None`: the rule's own limits (its defaults).
+    pub entry: Option<TableEntry>,
+}
+
 /// The explanation of one descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Explained {
@@ -94,6 +109,8 @@ pub struct Explained {
     pub status: Status,
     /// Each limit of the rule (or the override) as it stands now.
     pub windows: Vec<WindowState>,
+    /// The limit table the rule reads (`table`), if it reads one.
+    pub table: Option<TableRead>,
 }
 
 /// Where each answer of the peek batch goes.
@@ -133,6 +150,11 @@ impl<S: Store> Limiter<S> {
                 }
             })
             .collect();
+        let tables = index.has_tables().then(|| self.tables.load());
+        let mut lookups = Vec::new();
+        if let Some(tables) = &tables {
+            apply_tables(tables, &mut plans, request, Some(&mut lookups));
+        }
         // The walk of the entries that name the rule (a concurrency
         // limit's slot entries follow them, matched by no node).
         let walks: Vec<_> = request
@@ -388,6 +410,12 @@ impl<S: Store> Limiter<S> {
                 verdict,
                 status,
                 windows: std::mem::take(windows.get_mut(i).unwrap_or(&mut Vec::new())),
+                table: lookups.get(i).copied().flatten().map(|read| TableRead {
+                    table: read.table.name.to_string(),
+                    key: read.table.key.to_string(),
+                    value: read.value.map(str::to_owned),
+                    entry: read.entry.cloned(),
+                }),
             });
         }
         let overall_code = if overall.is_over() && !self.options.global_shadow_mode {

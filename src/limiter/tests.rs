@@ -12,6 +12,7 @@ mod explain_predicts;
 mod headers;
 mod store_failure;
 mod store_timing;
+mod tables;
 
 const RULES: &str = r"
 domain: d

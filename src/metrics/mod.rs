@@ -29,6 +29,7 @@ pub(crate) mod statsd;
 pub(crate) mod statsd_names;
 pub(crate) mod store;
 mod striped;
+pub(crate) mod table;
 #[cfg(test)]
 mod tests;
 
@@ -166,6 +167,8 @@ pub struct Metrics {
     pub rlqs: rlqs::RlqsMetrics,
     /// Leased blocks taken, given back and stranded.
     pub lease: lease::LeaseMetrics,
+    /// Limit tables' entries and changes.
+    pub table: table::TableMetrics,
     /// The last 15 minutes, for the live page.
     history: history::History,
 }
@@ -198,6 +201,7 @@ impl Metrics {
             statsd_dropped: AtomicU64::new(0),
             rlqs: rlqs::RlqsMetrics::default(),
             lease: lease::LeaseMetrics::default(),
+            table: table::TableMetrics::default(),
             history: history::History::default(),
         }
     }

@@ -160,6 +160,7 @@ impl Metrics {
         );
         self.rlqs.render(&mut out);
         self.lease.render(&mut out);
+        self.table.render(&mut out);
         out
     }
 }

@@ -141,6 +141,42 @@ pub(crate) fn load_models(
     loader.finish()
 }
 
+/// Checks limits a table entry lays over a rule's exactly as the rule's
+/// own `rate_limit` (`several` false) or `rate_limits` are checked: the
+/// same checks, the same wording, every problem as
+/// `entry[.rate_limits[i]]: message`.
+///
+/// # Errors
+/// Every problem found.
+pub(crate) fn check_limits(
+    items: &[model::RateLimit],
+    several: bool,
+) -> Result<Policy, Vec<String>> {
+    let mut issues = Vec::new();
+    let mut check = FileCheck {
+        file: "",
+        domain: "",
+        issues: &mut issues,
+        fixed_windows_only: false,
+    };
+    let place = Place {
+        at: "entry".to_owned(),
+        key: None,
+        value: None,
+    };
+    let checked = match items {
+        [one] if !several => check_rate_limit(&mut check, one, &place, ".rate_limit"),
+        _ => check_rate_limits(&mut check, items, &place),
+    };
+    match checked {
+        Some((policy, _)) if issues.is_empty() => Ok(policy),
+        _ => Err(issues
+            .iter()
+            .map(|issue| format!("{}: {}", issue.path(), issue.message()))
+            .collect()),
+    }
+}
+
 /// Accumulates domains and issues over all files.
 #[derive(Debug)]
 struct Loader<'o> {
