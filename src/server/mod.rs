@@ -244,9 +244,13 @@ pub async fn serve_with_debug(
     }
     let http = axum::serve(
         listeners.http,
-        http::router(health, limiter.clone(), reloads, options.max_request_bytes).merge(
-            http::rlqs::router(rlqs_sources(&limiter), options.rlqs.clone()),
-        ),
+        http::router(health, limiter.clone(), reloads, options.max_request_bytes)
+            .merge(http::rlqs::router(
+                rlqs_sources(&limiter),
+                options.rlqs.clone(),
+            ))
+            // The peer's address: the table API trusts loopback callers.
+            .into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
     .with_graceful_shutdown(draining.clone().cancelled_owned());
 
@@ -323,12 +327,27 @@ fn spawn_background(
             reload.stats.clone(),
             reload.baseline.clone(),
         );
-        let health = health.clone();
+        let (health, limiter) = (health.clone(), limiter.clone());
         tracker.spawn(
             watcher
                 .run(reload.interval, shutdown.clone(), move |index| {
-                    let health = health.clone();
-                    async move { health.set_rules(&index).await }
+                    let (health, limiter) = (health.clone(), limiter.clone());
+                    async move {
+                        health.set_rules(&index).await;
+                        // Table entries are resolved again for the new
+                        // rules off the request path (a whole table's
+                        // worth of work, on a blocking thread).
+                        let refreshed = tokio::task::spawn_blocking(move || {
+                            let rules = limiter.rules().load_full();
+                            limiter.tables().refresh(&rules, limiter.metrics());
+                        });
+                        if let Err(err) = refreshed.await {
+                            warn!(
+                                error = &err as &dyn std::error::Error,
+                                "table refresh failed"
+                            );
+                        }
+                    }
                 })
                 .instrument(info_span!("config_watch")),
         );

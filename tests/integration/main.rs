@@ -13,6 +13,7 @@ mod grpc;
 mod http;
 mod reload;
 mod snapshot;
+mod tables;
 mod tls;
 mod uds;
 mod xds;

@@ -44,6 +44,26 @@ pub async fn raw_http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -
     text.split(' ').nth(1)?.parse().ok()
 }
 
+/// Sends a raw HTTP/1.1 request with `body`; the status and the body.
+pub async fn http_text(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
 /// Resident memory of `pid`, in KiB, from /proc.
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -68,8 +88,13 @@ pub struct Floodgate {
 
 impl Floodgate {
     pub async fn start(env: &[(&str, String)]) -> Self {
+        Self::start_with_rules(RULES, env).await
+    }
+
+    /// A process serving `rules` (one rule file) instead of [`RULES`].
+    pub async fn start_with_rules(rules_yaml: &str, env: &[(&str, String)]) -> Self {
         let rules = tempfile::tempdir().unwrap();
-        std::fs::write(rules.path().join("edge.yaml"), RULES).unwrap();
+        std::fs::write(rules.path().join("edge.yaml"), rules_yaml).unwrap();
         let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
         let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
         command

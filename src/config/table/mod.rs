@@ -67,6 +67,8 @@ pub enum Unkept {
     NoPath,
     /// Tables on Redis are not built yet.
     Redis,
+    /// memcached keeps no tables.
+    Memcache,
 }
 
 /// Why a table operation failed.
@@ -103,6 +105,9 @@ pub enum TableError {
         "tables on Redis are not built yet: only the embedded store with TABLES_PATH keeps them"
     )]
     OnRedis,
+    /// memcached: rules naming a table are refused at start.
+    #[error("the memcache store keeps no tables")]
+    OnMemcache,
     /// The change could not be made durable; nothing changed.
     #[error("cannot write the table log {path}")]
     Write {
@@ -496,6 +501,7 @@ impl Tables {
             match writer.log {
                 Err(Unkept::NoPath) => return Err(TableError::NoPath),
                 Err(Unkept::Redis) => return Err(TableError::OnRedis),
+                Err(Unkept::Memcache) => return Err(TableError::OnMemcache),
                 Ok(_) => {}
             }
         }
