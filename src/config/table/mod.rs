@@ -89,7 +89,7 @@ pub enum TableError {
     /// A table name outside the allowed characters or length.
     #[error("invalid table name (1 to 64 letters, digits, '_', '-' or '.')")]
     TableName,
-    /// An empty key, or one over [`MAX_KEY_BYTES`].
+    /// An empty key, or one over 1,024 bytes.
     #[error("invalid entry key (1 to 1024 bytes)")]
     Key,
     /// No such table or entry.
@@ -616,7 +616,7 @@ impl Tables {
             .collect()
     }
 
-    /// Up to `limit` (at most [`MAX_PAGE`]) entries of `table` with keys
+    /// Up to `limit` (at most 1,000) entries of `table` with keys
     /// after `after`, sorted by key; `None` when there is no such table.
     pub fn page(&self, table: &str, after: Option<&str>, limit: usize) -> Option<Page> {
         let set = self.current.load();
@@ -644,7 +644,7 @@ impl Tables {
         Some(Page { entries, next })
     }
 
-    /// Up to `limit` (at most [`MAX_PAGE`]) changes, newest first, older
+    /// Up to `limit` (at most 1,000) changes, newest first, older
     /// than the cursor `after`, of `table` and `key` when given.
     pub fn audit(
         &self,
