@@ -2,12 +2,14 @@
 //! paths exactly, the audit trail of a scripted sequence, decisions taking
 //! an entry's numbers, and every table kept across a restart
 //! (`TABLES_PATH`); without a place to keep them, changes are refused
-//! naming the setting.
+//! naming the setting; a rule changed by a reload reads its entries again.
 
 use crate::support::floodgate::{Floodgate, http_text};
 use crate::support::grpc::request;
+use crate::support::poll_until_async;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 const RULES: &str = r"
 domain: api
@@ -22,8 +24,9 @@ async fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, V
     (status, value)
 }
 
-/// The limit and remaining hits the binary answers for `tenant`.
-async fn decide(server: &Floodgate, tenant: &str) -> (u32, u32) {
+/// The binary's answer for `tenant`: its limit, the limit's unit and the
+/// hits remaining.
+async fn answer(server: &Floodgate, tenant: &str) -> (u32, i32, u32) {
     let mut client = server.client().await;
     let answer = client
         .should_rate_limit(request("api", &[&[("tenant", tenant)]]))
@@ -32,7 +35,13 @@ async fn decide(server: &Floodgate, tenant: &str) -> (u32, u32) {
         .into_inner();
     let status = &answer.statuses[0];
     let limit = status.current_limit.as_ref().unwrap();
-    (limit.requests_per_unit, status.limit_remaining)
+    (limit.requests_per_unit, limit.unit, status.limit_remaining)
+}
+
+/// The limit and remaining hits the binary answers for `tenant`.
+async fn decide(server: &Floodgate, tenant: &str) -> (u32, u32) {
+    let (limit, _, remaining) = answer(server, tenant).await;
+    (limit, remaining)
 }
 
 /// The audit trail without its times (read from the real clock), each
@@ -301,5 +310,45 @@ async fn without_a_tables_path_changes_are_refused_naming_the_setting() {
     // A dry run still checks the entry against the rules.
     assert_eq!(put_gold(server.http, "?dry_run=true").await.0, 200);
     assert_eq!(decide(&server, "gold").await, (60, 59));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_reloaded_rule_reads_the_entries_put_before_it_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        (
+            "TABLES_PATH",
+            dir.path().join("tables.log").display().to_string(),
+        ),
+        ("CONFIG_POLL_INTERVAL", "50ms".to_owned()),
+    ];
+    let server = Floodgate::start_with_rules(RULES, &env).await;
+    assert_eq!(put_gold(server.http, "").await.0, 200);
+    assert_eq!(decide(&server, "gold").await, (5, 4));
+    // The rule's window and default change: the entry is laid over the
+    // new rule (its own limit, the new window), off the request path.
+    let changed = RULES.replace(
+        "unit: day, requests_per_unit: 60",
+        "unit: hour, requests_per_unit: 70",
+    );
+    std::fs::write(server.rules_dir().join("edge.yaml"), changed).unwrap();
+    // Once reloaded, the gold tenant gets the entry's limit on the new
+    // window (an hour); between the reload and the entries' refresh it may
+    // briefly get the new rule's own (70).
+    let running = &server;
+    let limit_and_unit = |tenant: &'static str| async move {
+        let (limit, unit, _) = answer(running, tenant).await;
+        (limit, unit)
+    };
+    let hour = 3;
+    let refreshed = poll_until_async(
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || async move { (limit_and_unit("gold").await == (5, hour)).then_some(true) },
+    )
+    .await;
+    assert!(refreshed, "the entry was not laid over the reloaded rule");
+    assert_eq!(limit_and_unit("other").await, (70, hour));
     server.stop().await;
 }

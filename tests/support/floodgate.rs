@@ -140,6 +140,11 @@ impl Floodgate {
             .unwrap()
     }
 
+    /// The rule directory it serves (its file: `edge.yaml`).
+    pub fn rules_dir(&self) -> &std::path::Path {
+        self._rules.path()
+    }
+
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.child.id())
     }
