@@ -12,6 +12,7 @@ use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations};
 use super::stage::apply_tables;
 use crate::config::TableEntry;
 use crate::config::single_spec;
+use crate::config::table::TableSet;
 use crate::config::{Limit, Lookup, Policy, StepMatch};
 use crate::descriptor::Request;
 use crate::store::{Batch, Op, Store};
@@ -132,6 +133,27 @@ impl<S: Store> Limiter<S> {
     /// [`LimitError`] for an invalid request (as
     /// [`Limiter::should_rate_limit`]) or when the store cannot be read.
     pub async fn explain(&self, request: &Request) -> Result<Explanation, LimitError> {
+        self.explain_reading(request, None).await
+    }
+
+    /// [`Limiter::explain`] with the limit tables as `tables` says they
+    /// would be (a dry run's preview), not as they are.
+    ///
+    /// # Errors
+    /// As [`Limiter::explain`].
+    pub(crate) async fn explain_under(
+        &self,
+        request: &Request,
+        tables: &TableSet,
+    ) -> Result<Explanation, LimitError> {
+        self.explain_reading(request, Some(tables)).await
+    }
+
+    async fn explain_reading(
+        &self,
+        request: &Request,
+        given: Option<&TableSet>,
+    ) -> Result<Explanation, LimitError> {
         self.options.bounds.check(request)?;
         let index = self.rules.load_full();
         let now = self.clock.now();
@@ -150,9 +172,9 @@ impl<S: Store> Limiter<S> {
                 }
             })
             .collect();
-        let tables = index.has_tables().then(|| self.tables.load());
+        let loaded = (given.is_none() && index.has_tables()).then(|| self.tables.load());
         let mut lookups = Vec::new();
-        if let Some(tables) = &tables {
+        if let Some(tables) = given.or(loaded.as_deref().map(|set| &**set)) {
             apply_tables(tables, &mut plans, request, Some(&mut lookups));
         }
         // The walk of the entries that name the rule (a concurrency

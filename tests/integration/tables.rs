@@ -157,9 +157,22 @@ async fn the_table_api_answers_exactly_and_keeps_every_table_across_a_restart() 
             200,
             json!({"table": "plans", "key": "gold",
                    "previous": {"requests_per_unit": 5, "name": "gold"},
-                   "entry": {"unlimited": true}, "version": 2, "dry_run": true})
+                   "entry": {"unlimited": true}, "version": 2, "dry_run": true,
+                   "preview": [{"rule": "api.tenant", "key": "gold", "windows": []}]})
         )
     );
+    // The preview: gold's window (one hit counted) under each new limit.
+    for (limit, remaining, over) in [(2, 1, false), (0, 0, true)] {
+        let body = format!("{{\"requests_per_unit\": {limit}}}");
+        let (status, dry) = call(at, "PUT", &format!("{entry}?dry_run=true"), &body).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            dry["preview"],
+            json!([{"rule": "api.tenant", "key": "gold", "windows": [
+                {"requests_per_unit": limit, "count": 1, "remaining": remaining, "over_limit": over}
+            ]}])
+        );
+    }
     assert_eq!(
         call(at, "GET", entry, "").await,
         (

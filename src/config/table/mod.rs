@@ -438,7 +438,7 @@ impl Tables {
         entry: TableEntry,
     ) -> Result<Change, TableError> {
         let items = vec![(key.to_owned(), Some(entry))];
-        let mut changes = self.change(writing, table, Action::Put, items)?;
+        let (mut changes, _) = self.change(writing, table, Action::Put, items)?;
         changes.pop().ok_or(TableError::NotFound)
     }
 
@@ -453,7 +453,7 @@ impl Tables {
         key: &str,
     ) -> Result<Change, TableError> {
         let items = vec![(key.to_owned(), None)];
-        let mut changes = self.change(writing, table, Action::Delete, items)?;
+        let (mut changes, _) = self.change(writing, table, Action::Delete, items)?;
         changes.pop().ok_or(TableError::NotFound)
     }
 
@@ -473,16 +473,22 @@ impl Tables {
             .map(|(key, entry)| (key, Some(entry)))
             .collect();
         self.change(writing, table, Action::Import, items)
+            .map(|(changes, _)| changes)
     }
 
-    /// One change of `table`: checked, written durably, then swapped in.
-    fn change(
+    /// One change of `table` (`items`: entries put, `None` for a key
+    /// deleted): checked, written durably, then swapped in. The changes,
+    /// and every table as it is (a dry run: as it would be) after it.
+    ///
+    /// # Errors
+    /// As [`Tables::put`], [`Tables::delete`] and [`Tables::import`].
+    pub(crate) fn change(
         &self,
         writing: &Writing<'_>,
         table: &str,
         action: Action,
         items: Vec<(String, Option<TableEntry>)>,
-    ) -> Result<Vec<Change>, TableError> {
+    ) -> Result<(Vec<Change>, Arc<TableSet>), TableError> {
         if !is_table_name(table) {
             return Err(TableError::TableName);
         }
@@ -559,8 +565,15 @@ impl Tables {
                 seq,
             });
         }
+        let entries = new.entries.len() as u64;
+        let mut tables = current.tables.clone();
+        tables.insert(Arc::from(table), Arc::new(new));
+        let set = Arc::new(TableSet {
+            tables,
+            rules: current.rules.clone(),
+        });
         if writing.dry_run {
-            return Ok(changes);
+            return Ok((changes, set));
         }
         if let Ok(log) = &mut writer.log {
             log.append(&Line {
@@ -568,30 +581,23 @@ impl Tables {
                 who: writing.who.to_owned(),
                 action,
                 table: table.to_owned(),
-                version: new.version,
+                version: changes.first().map_or(0, |c| c.version),
                 items: items
                     .into_iter()
                     .map(|(key, entry)| Item { key, entry })
                     .collect(),
             })?;
         }
-        writing.metrics.table.record(
-            table,
-            new.entries.len() as u64,
-            action.as_str(),
-            changes.len() as u64,
-        );
-        let mut tables = current.tables.clone();
-        tables.insert(Arc::from(table), Arc::new(new));
-        self.current.store(Arc::new(TableSet {
-            tables,
-            rules: current.rules.clone(),
-        }));
+        writing
+            .metrics
+            .table
+            .record(table, entries, action.as_str(), changes.len() as u64);
+        self.current.store(Arc::clone(&set));
         writer.seq = seq;
         for change in &changes {
             keep(&mut writer.audit, change.clone());
         }
-        Ok(changes)
+        Ok((changes, set))
     }
 
     /// The entry at `key` of `table`, with the table's version.

@@ -8,7 +8,7 @@
 
 use super::AppState;
 use crate::config::table::{MAX_KEY_BYTES, MAX_PAGE};
-use crate::config::{Change, TableEntry, TableError, Writing};
+use crate::config::{Action, Change, TableEntry, TableError, Writing};
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{StatusCode, Uri};
@@ -228,18 +228,101 @@ async fn change<T: Send + 'static>(
     }
 }
 
+/// Most keys a dry run previews the windows of.
+const MAX_PREVIEW_KEYS: usize = 100;
+
+/// A dry run of `action` on `items`: the changes it would make, and per
+/// rule reading the table and key touched (the first
+/// [`MAX_PREVIEW_KEYS`]) what its windows would show under the new entry.
+async fn dry_run_of(
+    state: &AppState,
+    caller: &Caller,
+    table: String,
+    action: Action,
+    items: Vec<(String, Option<TableEntry>)>,
+) -> Result<(Vec<Change>, Value), Refusal> {
+    let (changes, set) = change(state, caller, true, move |tables, writing| {
+        tables.change(writing, &table, action, items)
+    })
+    .await?;
+    let rules = state.limiter.rules().load_full();
+    let mut preview = Vec::new();
+    for change in changes.iter().take(MAX_PREVIEW_KEYS) {
+        for rule in rules.rules() {
+            let Some(used) = rule.table.as_ref().filter(|t| *t.name == *change.table) else {
+                continue;
+            };
+            // The descriptor the rule's path names for this key: every
+            // other level needs a value of its own.
+            let pairs: Option<Vec<(String, String)>> = rule
+                .path
+                .iter()
+                .map(|step| {
+                    if *step.key == *used.key {
+                        Some((step.key.clone(), change.key.clone()))
+                    } else {
+                        let value = step.value.clone().filter(|v| !v.contains('*'));
+                        value.map(|value| (step.key.clone(), value))
+                    }
+                })
+                .collect();
+            let windows = match pairs {
+                None => json!("the rule's other levels need values a key does not give"),
+                Some(pairs) => {
+                    let request = crate::descriptor::Request {
+                        domain: rule.domain.clone(),
+                        descriptors: vec![crate::descriptor::Descriptor::from_pairs(pairs)],
+                        hits_addend: 0,
+                    };
+                    match state.limiter.explain_under(&request, &set).await {
+                        Ok(explained) => explained
+                            .descriptors
+                            .into_iter()
+                            .flat_map(|d| d.windows)
+                            .map(|w| {
+                                json!({
+                                    "requests_per_unit": w.limit.requests_per_unit,
+                                    "count": w.count,
+                                    "remaining": w.remaining,
+                                    "over_limit": w.over_limit,
+                                })
+                            })
+                            .collect(),
+                        Err(_) => json!("the store could not be read"),
+                    }
+                }
+            };
+            preview.push(json!({
+                "rule": rule.full_key,
+                "key": change.key,
+                "windows": windows,
+            }));
+        }
+    }
+    Ok((changes, Value::Array(preview)))
+}
+
 /// One change as answered: `{"table", "key", "previous", "entry",
-/// "version"}` (and `"dry_run": true` when nothing changed).
-fn answered(change: &Change, dry_run: bool) -> HttpResponse {
-    let mut body = json!({
+/// "version"}`.
+fn change_json(change: &Change) -> Value {
+    json!({
         "table": change.table,
         "key": change.key,
         "previous": change.previous,
         "entry": change.entry,
         "version": change.version,
-    });
-    if dry_run && let Some(map) = body.as_object_mut() {
+    })
+}
+
+/// A dry run's answer: the change with `"dry_run": true` and `"preview"`.
+fn previewed(change: Option<&Change>, preview: Value) -> HttpResponse {
+    let Some(change) = change else {
+        return refused(&TableError::NotFound).into_response();
+    };
+    let mut body = change_json(change);
+    if let Some(map) = body.as_object_mut() {
         map.insert("dry_run".to_owned(), Value::Bool(true));
+        map.insert("preview".to_owned(), preview);
     }
     Json(body).into_response()
 }
@@ -259,11 +342,16 @@ async fn put(
         .map_err(|err| error(StatusCode::BAD_REQUEST, &format!("bad JSON: {err}")))?;
     let entry = TableEntry::from_json(&value)
         .map_err(|problems| refused(&TableError::Invalid(problems)))?;
-    let change = change(&state, &caller, dry, move |tables, writing| {
+    if dry {
+        let items = vec![(key, Some(entry))];
+        let (changes, preview) = dry_run_of(&state, &caller, table, Action::Put, items).await?;
+        return Ok(previewed(changes.first(), preview));
+    }
+    let change = change(&state, &caller, false, move |tables, writing| {
         tables.put(writing, &table, &key, entry)
     })
     .await?;
-    Ok(answered(&change, dry))
+    Ok(Json(change_json(&change)).into_response())
 }
 
 /// `DELETE /v1/tables/{table}/entries/{key}[?dry_run=true]`.
@@ -275,11 +363,16 @@ async fn delete(
 ) -> Result<HttpResponse, Refusal> {
     let query = query(&uri);
     let dry = dry_run(params(&query, &["dry_run"])?("dry_run"))?;
-    let change = change(&state, &caller, dry, move |tables, writing| {
+    if dry {
+        let items = vec![(key, None)];
+        let (changes, preview) = dry_run_of(&state, &caller, table, Action::Delete, items).await?;
+        return Ok(previewed(changes.first(), preview));
+    }
+    let change = change(&state, &caller, false, move |tables, writing| {
         tables.delete(writing, &table, &key)
     })
     .await?;
-    Ok(answered(&change, dry))
+    Ok(Json(change_json(&change)).into_response())
 }
 
 /// `GET /v1/tables/{table}/entries/{key}`: `{"entry", "version"}`.
@@ -336,17 +429,27 @@ async fn import(
     let dry = dry_run(params(&query, &["dry_run"])?("dry_run"))?;
     let bytes = body(request, MAX_IMPORT_BODY).await?;
     let items = import_lines(&bytes).map_err(|err| refused(&err))?;
-    let changes = change(&state, &caller, dry, move |tables, writing| {
-        tables.import(writing, &table, items)
-    })
-    .await?;
+    let (changes, preview) = if dry {
+        let items = items.into_iter().map(|(k, e)| (k, Some(e))).collect();
+        let (changes, preview) = dry_run_of(&state, &caller, table, Action::Import, items).await?;
+        (changes, Some(preview))
+    } else {
+        let changes = change(&state, &caller, false, move |tables, writing| {
+            tables.import(writing, &table, items)
+        })
+        .await?;
+        (changes, None)
+    };
     let mut body = json!({
         "table": changes.first().map(|c| c.table.clone()),
         "imported": changes.len(),
         "version": changes.first().map(|c| c.version),
     });
-    if dry && let Some(map) = body.as_object_mut() {
+    if let Some(preview) = preview
+        && let Some(map) = body.as_object_mut()
+    {
         map.insert("dry_run".to_owned(), Value::Bool(true));
+        map.insert("preview".to_owned(), preview);
     }
     Ok(Json(body).into_response())
 }
