@@ -58,7 +58,9 @@ pub use config::xds::{
     Backoff, RATE_LIMIT_CONFIG_TYPE, RuleFeed, XdsClient, XdsError, XdsOptions, XdsTls,
 };
 pub use config::{
-    ConfigError, Index, LoadOptions, Lookup, RedactError, Redactor, Source, load_dir, load_sources,
+    Action, AuditPage, Change, ConfigError, Index, KeyedEntry, LoadOptions, Lookup, Page,
+    RedactError, Redactor, Source, TableEntry, TableError, TableSummary, Tables, Unkept, Window,
+    Writing, load_dir, load_sources,
 };
 pub use descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
 pub use insight::TopRecorder;

@@ -25,7 +25,9 @@ use floodgate::SystemClock;
 use floodgate::XdsClient;
 use floodgate::{BackendType, Env, ServeArgs, Settings};
 use floodgate::{GrpcAt, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport};
-use floodgate::{Index, cancel_on_signal, error_chain, init_logging, load_dir, serve_with_debug};
+use floodgate::{
+    Index, Tables, Unkept, cancel_on_signal, error_chain, init_logging, load_dir, serve_with_debug,
+};
 use floodgate::{MEMCACHE_STORE_SPAN, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing, TracingError};
 use floodgate::{MemcacheStore, MemoryStore, RedisStore, StoreKind};
 use std::error::Error;
@@ -225,6 +227,21 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
             }
         },
     };
+    // Limit tables are read back before any port is bound: a log that
+    // cannot be read stops the start (serving without the tables would
+    // give every tenant the rule's default).
+    let tables = match (settings.store, &settings.tables_path) {
+        (BackendType::Redis, _) => Tables::unkept(Unkept::Redis),
+        (BackendType::Memcache, _) => Tables::unkept(Unkept::Memcache),
+        (BackendType::Memory, None) => Tables::unkept(Unkept::NoPath),
+        (BackendType::Memory, Some(path)) => match Tables::open(path) {
+            Ok(tables) => tables,
+            Err(err) => {
+                eprintln!("error: {}", error_chain(&err));
+                return ExitCode::FAILURE;
+            }
+        },
+    };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     // A woken task waits its turn instead of running at once (tokio's LIFO
@@ -325,7 +342,8 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
                 settings.limiter.clone(),
             )
             .with_metrics(Arc::new(metrics))
-            .with_redactor(settings.redactor.clone()),
+            .with_redactor(settings.redactor.clone())
+            .with_tables(Arc::new(tables)),
         );
         // Inside the runtime: the gRPC exporter's connection runs on it.
         let tracing = match &settings.tracing {

@@ -30,7 +30,7 @@
 //! is otherwise equivalent.
 
 pub(crate) use super::rule::Metadata;
-pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule, SlotKeys};
+pub(crate) use super::rule::{Algorithm, Limit, PathStep, Policy, Rule, SlotKeys, TableUse};
 use crate::descriptor::Entry;
 use std::collections::HashMap;
 
@@ -328,6 +328,8 @@ pub struct Index {
     slot_keys: Vec<SlotKeys>,
     /// Some rule has a leased limit (`lease: true`).
     leased: bool,
+    /// Some rule reads a limit table (`table`).
+    tabled: bool,
 }
 
 impl Index {
@@ -346,7 +348,9 @@ impl Index {
             .collect();
         let mut slot_keys: Vec<SlotKeys> = Vec::new();
         let mut leased = false;
+        let mut tabled = false;
         for rule in domains.iter().flat_map(|domain| domain.rules.iter()) {
+            tabled |= rule.table.is_some();
             if let Policy::Limited(limits) = &rule.policy {
                 leased |= limits.iter().any(|l| l.lease);
                 for keys in limits.iter().filter_map(|l| l.slot.as_ref()) {
@@ -361,7 +365,14 @@ impl Index {
             by_name,
             slot_keys,
             leased,
+            tabled,
         }
+    }
+
+    /// Whether some rule reads a limit table: requests read the tables
+    /// only then.
+    pub(crate) fn has_tables(&self) -> bool {
+        self.tabled
     }
 
     /// Whether some rule has a leased limit (`lease: true`).

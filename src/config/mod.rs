@@ -21,15 +21,20 @@ mod model;
 mod redact;
 mod rule;
 mod specs;
+pub(crate) mod table;
 mod validation;
 mod watch;
 pub(crate) mod xds;
 
-pub(crate) use index::{Algorithm, Limit, Match, Policy, Rule, StepMatch, Walk};
+pub(crate) use index::{Algorithm, Limit, Match, Policy, Rule, StepMatch, TableUse, Walk};
 pub use index::{Index, Lookup};
 pub(crate) use index::{Metadata, SharedIndex};
 pub use redact::{RedactError, Redactor};
 pub(crate) use specs::{single_spec, specs};
+pub use table::{
+    Action, AuditPage, Change, KeyedEntry, Page, TableEntry, TableError, TableSummary, Tables,
+    Unkept, Window, Writing,
+};
 pub use validation::{ConfigError, LoadOptions, Source, load_dir, load_sources};
 pub(crate) use watch::DEFAULT_POLL_INTERVAL;
 pub(crate) use watch::Fingerprint;

@@ -35,8 +35,8 @@ pub(crate) const DESCRIPTOR_KEYS: &[&str] = &[
 
 /// Keys allowed in a `rate_limit` map. `unit_multiplier`, `algorithm`,
 /// `burst`, `count_rejected`, `shadow_mode`, `calendar`, `time_zone`,
-/// `week_start`, `slot_key`, `release_key` and `lease` are floodgate
-/// extensions.
+/// `week_start`, `slot_key`, `release_key`, `lease`, `table` and
+/// `table_key` are floodgate extensions.
 pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "unit",
     "requests_per_unit",
@@ -54,6 +54,8 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "slot_key",
     "release_key",
     "lease",
+    "table",
+    "table_key",
 ];
 
 /// Keys allowed in one `replaces` entry.
@@ -99,8 +101,9 @@ pub(crate) struct Descriptor {
     pub(crate) redact: Option<bool>,
 }
 
-/// The `rate_limit` map of a descriptor node.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The `rate_limit` map of a descriptor node (also the template a table
+/// entry is laid over, so entries are checked as rules are).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub(crate) struct RateLimit {
     /// Unit name, case-insensitive.
     pub(crate) unit: Option<String>,
@@ -137,10 +140,16 @@ pub(crate) struct RateLimit {
     /// Extension (fixed_window, sliding_window, gcra on Redis): admit from
     /// blocks of hits taken from the store ahead of demand.
     pub(crate) lease: Option<bool>,
+    /// Extension: the limit table whose entry, for the value of the entry
+    /// `table_key` names, replaces this limit's numbers.
+    pub(crate) table: Option<String>,
+    /// Extension: the descriptor entry whose value keys the table (default:
+    /// the rule's own key).
+    pub(crate) table_key: Option<String>,
 }
 
 /// One `replaces` entry.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub(crate) struct Replaces {
     /// Name of the limit to drop.
     pub(crate) name: Option<String>,

@@ -189,4 +189,36 @@ pub struct Rule {
     /// first limit it covers ([`specs`](super::specs::specs)), built once
     /// at load; empty when unlimited.
     pub specs: Vec<(crate::algorithm::Spec, usize)>,
+    /// `table` (extension): the limit table whose entries replace these
+    /// limits per value.
+    pub table: Option<Arc<TableUse>>,
+}
+
+/// How a rule reads a limit table: its name, the descriptor entry whose
+/// value is the table's key, and the rule's limits as written, which an
+/// entry is laid over (so an entry is checked exactly as a rule is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableUse {
+    /// The table's name.
+    pub name: Arc<str>,
+    /// The descriptor entry whose value keys the table.
+    pub key: Arc<str>,
+    /// The rule's `rate_limit` (one) or `rate_limits` (several), with
+    /// `table` and `table_key` cleared.
+    pub(crate) template: Vec<super::model::RateLimit>,
+    /// Written as `rate_limits`: entries are `{"rate_limits": [...]}`.
+    pub(crate) several: bool,
+}
+
+/// Longest table name: names travel in API paths and metric labels.
+pub(crate) const MAX_TABLE_NAME: usize = 64;
+
+/// Whether `name` may name a table: 1 to [`MAX_TABLE_NAME`] ASCII
+/// letters, digits, `_`, `-` or `.`, so it needs no escaping in a path, a
+/// file or a label.
+pub(crate) fn is_table_name(name: &str) -> bool {
+    (1..=MAX_TABLE_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }

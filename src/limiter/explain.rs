@@ -9,7 +9,10 @@ use super::answer::{Code, Status};
 use super::error::LimitError;
 use super::pick::{Overall, pick};
 use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations, store_tags};
+use super::stage::apply_tables;
+use crate::config::TableEntry;
 use crate::config::single_spec;
+use crate::config::table::TableSet;
 use crate::config::{Limit, Lookup, Policy, StepMatch};
 use crate::descriptor::Request;
 use crate::store::{Batch, Op, Store};
@@ -81,6 +84,19 @@ pub struct WindowState {
     pub lease: Option<u64>,
 }
 
+/// The limit table a descriptor's rule reads, and what it found there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableRead {
+    /// The table's name.
+    pub table: String,
+    /// The descriptor entry whose value keys it (`table_key`).
+    pub key: String,
+    /// That entry's value in the request (`None`: the descriptor has none).
+    pub value: Option<String>,
+    /// The entry used; `None`: the rule's own limits (its defaults).
+    pub entry: Option<TableEntry>,
+}
+
 /// The explanation of one descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Explained {
@@ -94,6 +110,8 @@ pub struct Explained {
     pub status: Status,
     /// Each limit of the rule (or the override) as it stands now.
     pub windows: Vec<WindowState>,
+    /// The limit table the rule reads (`table`), if it reads one.
+    pub table: Option<TableRead>,
 }
 
 /// Where each answer of the peek batch goes.
@@ -115,6 +133,27 @@ impl<S: Store> Limiter<S> {
     /// [`LimitError`] for an invalid request (as
     /// [`Limiter::should_rate_limit`]) or when the store cannot be read.
     pub async fn explain(&self, request: &Request) -> Result<Explanation, LimitError> {
+        self.explain_reading(request, None).await
+    }
+
+    /// [`Limiter::explain`] with the limit tables as `tables` says they
+    /// would be (a dry run's preview), not as they are.
+    ///
+    /// # Errors
+    /// As [`Limiter::explain`].
+    pub(crate) async fn explain_under(
+        &self,
+        request: &Request,
+        tables: &TableSet,
+    ) -> Result<Explanation, LimitError> {
+        self.explain_reading(request, Some(tables)).await
+    }
+
+    async fn explain_reading(
+        &self,
+        request: &Request,
+        given: Option<&TableSet>,
+    ) -> Result<Explanation, LimitError> {
         self.options.bounds.check(request)?;
         let index = self.rules.load_full();
         let now = self.clock.now();
@@ -133,6 +172,11 @@ impl<S: Store> Limiter<S> {
                 }
             })
             .collect();
+        let loaded = (given.is_none() && index.has_tables()).then(|| self.tables.load());
+        let mut lookups = Vec::new();
+        if let Some(tables) = given.or(loaded.as_deref().map(|set| &**set)) {
+            apply_tables(tables, &mut plans, request, Some(&mut lookups));
+        }
         // The walk of the entries that name the rule (a concurrency
         // limit's slot entries follow them, matched by no node).
         let walks: Vec<_> = request
@@ -393,6 +437,12 @@ impl<S: Store> Limiter<S> {
                 verdict,
                 status,
                 windows: std::mem::take(windows.get_mut(i).unwrap_or(&mut Vec::new())),
+                table: lookups.get(i).copied().flatten().map(|read| TableRead {
+                    table: read.table.name.to_string(),
+                    key: read.table.key.to_string(),
+                    value: read.value.map(str::to_owned),
+                    entry: read.entry.cloned(),
+                }),
             });
         }
         let overall_code = if overall.is_over() && !self.options.global_shadow_mode {

@@ -27,12 +27,12 @@ mod tests;
 pub(crate) use answer::Status;
 pub use answer::{Code, HeaderNames, Response};
 pub use error::LimitError;
-pub(crate) use explain::{Explained, Explanation, Step, Verdict, WindowState};
+pub(crate) use explain::{Explained, Explanation, Step, TableRead, Verdict, WindowState};
 pub(crate) use options::RequestBounds;
 pub use options::{FailureMode, LimiterOptions};
 
 use crate::clock::Clock;
-use crate::config::{Redactor, SharedIndex};
+use crate::config::{Redactor, SharedIndex, Tables};
 use crate::descriptor::Request;
 use crate::insight::TopRecorder;
 use crate::metrics::Metrics;
@@ -41,6 +41,7 @@ use lease::Leases;
 use local_cache::LocalCache;
 use plan::{Plan, apply_replaces};
 use quiet_log::QuietLog;
+use stage::apply_tables;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +62,8 @@ pub struct Limiter<S> {
     leases: Option<Leases>,
     /// How secret descriptor values are shown, and stored.
     redactor: Arc<Redactor>,
+    /// Limit tables, read by rules with `table`.
+    tables: Arc<Tables>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -85,6 +88,7 @@ impl<S: Store> Limiter<S> {
             failures: QuietLog::default(),
             leases,
             redactor: Arc::new(Redactor::random()),
+            tables: Arc::new(Tables::default()),
         }
     }
 
@@ -100,6 +104,20 @@ impl<S: Store> Limiter<S> {
     /// metric name built from request values goes through it.
     pub fn redactor(&self) -> &Arc<Redactor> {
         &self.redactor
+    }
+
+    /// Reads limit tables from `tables` (resolved for the rules now; the
+    /// caller refreshes them when the rules change).
+    #[must_use]
+    pub fn with_tables(mut self, tables: Arc<Tables>) -> Self {
+        tables.refresh(&self.rules.load_full(), &self.metrics);
+        self.tables = tables;
+        self
+    }
+
+    /// The limit tables decisions read.
+    pub fn tables(&self) -> &Arc<Tables> {
+        &self.tables
     }
 
     /// Records into `metrics` instead of a private set.
@@ -192,12 +210,16 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Response, LimitError> {
         self.options.bounds.check(request)?;
         let index = self.rules_now();
+        let tables = index.has_tables().then(|| self.tables.load());
         let now = self.clock.now();
         let mut plans: Vec<Plan<'_>> = request
             .descriptors
             .iter()
             .map(|descriptor| self.plan(&index, &request.domain, descriptor))
             .collect();
+        if let Some(tables) = &tables {
+            apply_tables(tables, &mut plans, request, None);
+        }
         apply_replaces(&mut plans);
         let mut work = self.operations(&index, request, &plans, now);
         work.count_nothing_when_cached();

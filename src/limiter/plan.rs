@@ -4,7 +4,9 @@
 
 use super::Limiter;
 use crate::algorithm::{Outcome, Spec};
-use crate::config::{Algorithm, Index, Limit, Lookup, Match, Metadata, Policy, Redactor, specs};
+use crate::config::{
+    Algorithm, Index, Limit, Lookup, Match, Metadata, Policy, Redactor, TableUse, specs,
+};
 use crate::descriptor::{Descriptor, Entry};
 use crate::store::{CounterId, Store};
 use std::borrow::Cow;
@@ -45,6 +47,9 @@ pub(super) enum Plan<'a> {
         /// Concurrency: the request's member (its slot id, hashed) and
         /// whether this frees its slot.
         slot: Option<(u64, bool)>,
+        /// The limit table the rule reads (`table`): its entry for the
+        /// request replaces `limits` ([`apply_tables`](super::stage)).
+        table: Option<&'a Arc<TableUse>>,
     },
 }
 
@@ -130,6 +135,7 @@ impl<S: Store> Limiter<S> {
                 metadata: None,
                 entries: descriptor.entries.len(),
                 slot: None,
+                table: None,
             };
         }
         if let Some(plan) = self.slot_plan(index, domain, descriptor) {
@@ -180,6 +186,7 @@ impl<S: Store> Limiter<S> {
             metadata: matched.rule.metadata.as_ref(),
             entries: own.len(),
             slot,
+            table: matched.rule.table.as_ref(),
         }
     }
 

@@ -9,9 +9,11 @@ use super::plan::{Pending, Plan, failure_outcome, is_candidate, operations, stor
 use super::{FailureMode, LimitError, Limiter};
 use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
-use crate::config::Index;
+use crate::config::table::{Resolved, TableSet};
+use crate::config::{Index, TableEntry, TableUse};
 use crate::descriptor::Request;
 use crate::store::{Batch, CounterId, Op, Store};
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +49,72 @@ impl Work {
         if self.stop_when_over && self.slots.iter().any(|s| s.cached && !s.candidate) {
             for op in self.batch.ops.iter_mut().filter(|op| !op.id.is_candidate()) {
                 op.hits = 0;
+            }
+        }
+    }
+}
+
+/// What one descriptor's rule read in its limit table.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TableLookup<'a> {
+    /// The table and the entry keying it.
+    pub(super) table: &'a TableUse,
+    /// The value of that entry in the descriptor (`None`: it has none).
+    pub(super) value: Option<&'a str>,
+    /// The entry found (`None`: the rule's own limits).
+    pub(super) entry: Option<&'a TableEntry>,
+}
+
+/// The tables stage: each limited plan whose rule reads a table takes the
+/// entry for the value of the descriptor entry `table_key` names: its
+/// limits (with the store operations built when it was put) replace the
+/// rule's, or it makes the descriptor unlimited. Without an entry (or one
+/// not yet resolved for a rule changed since) the rule's own limits stand.
+/// It runs before `replaces`, so an entry's `name` is the limit's name
+/// there too. When `seen` is given (explain), it gets one lookup per plan.
+pub(super) fn apply_tables<'a>(
+    tables: &'a TableSet,
+    plans: &mut [Plan<'a>],
+    request: &'a Request,
+    mut seen: Option<&mut Vec<Option<TableLookup<'a>>>>,
+) {
+    for (plan, descriptor) in plans.iter_mut().zip(&request.descriptors) {
+        let Plan::Limited {
+            table: Some(table),
+            limits,
+            specs,
+            replaces,
+            ..
+        } = plan
+        else {
+            if let Some(seen) = seen.as_deref_mut() {
+                seen.push(None);
+            }
+            continue;
+        };
+        let table: &'a Arc<TableUse> = table;
+        let value = descriptor
+            .entries
+            .iter()
+            .find(|entry| *entry.key == *table.key)
+            .map(|entry| entry.value.as_str());
+        let found = value.and_then(|value| tables.find(table, value));
+        if let Some(seen) = seen.as_deref_mut() {
+            seen.push(Some(TableLookup {
+                table,
+                value,
+                entry: found.map(|found| found.entry),
+            }));
+        }
+        match found.and_then(|found| found.resolved) {
+            None => {}
+            Some(Resolved::Unlimited) => *plan = Plan::Unlimited { replaces },
+            Some(Resolved::Limited {
+                limits: entry_limits,
+                specs: entry_specs,
+            }) => {
+                *limits = Cow::Borrowed(entry_limits);
+                *specs = Cow::Borrowed(entry_specs);
             }
         }
     }

@@ -13,6 +13,7 @@ mod headers;
 mod reference_vectors;
 mod store_failure;
 mod store_timing;
+mod tables;
 
 const RULES: &str = r"
 domain: d

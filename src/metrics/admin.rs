@@ -18,15 +18,18 @@ pub enum View {
     Page,
     /// `GET /rlqs`.
     Rlqs,
+    /// The limit-table API: `/v1/tables...` and `/v1/audit`.
+    Tables,
 }
 
 impl View {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Explain,
         Self::Top,
         Self::History,
         Self::Page,
         Self::Rlqs,
+        Self::Tables,
     ];
 
     /// The `view` label.
@@ -37,6 +40,7 @@ impl View {
             Self::History => "history",
             Self::Page => "page",
             Self::Rlqs => "rlqs",
+            Self::Tables => "tables",
         }
     }
 }
@@ -68,7 +72,7 @@ impl AdminResult {
 /// View calls, by view and result.
 #[derive(Debug, Default)]
 pub struct AdminMetrics {
-    calls: [[AtomicU64; 3]; 5],
+    calls: [[AtomicU64; 3]; 6],
 }
 
 impl AdminMetrics {

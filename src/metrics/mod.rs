@@ -30,6 +30,7 @@ pub(crate) mod statsd;
 pub(crate) mod statsd_names;
 pub(crate) mod store;
 mod striped;
+pub(crate) mod table;
 #[cfg(test)]
 mod tests;
 
@@ -173,6 +174,8 @@ pub struct Metrics {
     pub lease: lease::LeaseMetrics,
     /// Calls to the operator views.
     pub admin: admin::AdminMetrics,
+    /// Limit tables' entries and changes.
+    pub table: table::TableMetrics,
     /// The last 15 minutes, for the live page.
     history: history::History,
 }
@@ -207,6 +210,7 @@ impl Metrics {
             rlqs: rlqs::RlqsMetrics::default(),
             lease: lease::LeaseMetrics::default(),
             admin: admin::AdminMetrics::default(),
+            table: table::TableMetrics::default(),
             history: history::History::default(),
         }
     }

@@ -166,6 +166,7 @@ impl Metrics {
             self.shed.load(Ordering::Relaxed)
         );
         self.admin.render(&mut out);
+        self.table.render(&mut out);
         out
     }
 }

@@ -1,7 +1,10 @@
 //! The access layer: the one place in front of every operator view
-//! (`POST /explain`, `GET /top`, `GET /history`, `GET /`, `GET /rlqs`).
-//! A client in `ADMIN_TRUSTED_NETWORKS` passes; any other must present a
-//! bearer token from `ADMIN_TOKENS_FILE`. Probes, `/json`, `/metrics` and
+//! (`POST /explain`, `GET /top`, `GET /history`, `GET /`, `GET /rlqs`) and
+//! the limit-table API (`/v1/`). A client in `ADMIN_TRUSTED_NETWORKS`
+//! passes; any other must present a bearer token from `ADMIN_TOKENS_FILE`.
+//! Every call let through carries a [`Caller`]: who it is, and whether it
+//! may change tables (a trusted network, or a token with the `write`
+//! scope). Probes, `/json`, `/metrics` and
 //! `/rlconfig` never reach it (the reference's contract). Knows the peer
 //! address (axum `ConnectInfo`) and the tokens, nothing of the views.
 
@@ -19,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 pub use tokens::{LineProblem, TokensError};
-use tokens::{Tokens, User};
+use tokens::{Scope, Tokens, User};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -71,8 +74,9 @@ struct TokensFile {
 
 /// What the layer decided for one call.
 enum Verdict {
-    /// In a trusted network, and the user if a valid token came too.
-    Pass(Option<User>),
+    /// In a trusted network (`true`) or holding a valid token; the user if
+    /// a valid token came.
+    Pass(Option<User>, bool),
     /// No token, or not a valid one.
     Unauthenticated,
     /// Outside the trusted networks, and no tokens file to check against.
@@ -123,8 +127,8 @@ impl Access {
             self.trusted.iter().any(|net| net.contains(&ip))
         });
         match (trusted, user, &self.file) {
-            (true, user, _) => Verdict::Pass(user),
-            (false, Some(user), _) => Verdict::Pass(Some(user)),
+            (true, user, _) => Verdict::Pass(user, true),
+            (false, Some(user), _) => Verdict::Pass(Some(user), false),
             (false, None, Some(_)) => Verdict::Unauthenticated,
             (false, None, None) => Verdict::Forbidden,
         }
@@ -195,6 +199,29 @@ fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
         .map(<[u8]>::trim_ascii)
 }
 
+/// Who a call let through is, as the access layer decided: put in the
+/// request's extensions for the handlers that record or check it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Caller {
+    /// The token's name, else `trusted:<address>`: the audit trail's `who`.
+    pub(crate) who: String,
+    /// Whether it may change tables: a trusted network, or a `write` token.
+    pub(crate) may_write: bool,
+}
+
+impl Caller {
+    /// The caller a pass with `user` from `peer` (trusted when `trusted`).
+    fn of(user: Option<&User>, peer: Option<IpAddr>, trusted: bool) -> Self {
+        let who = match (user, peer) {
+            (Some(user), _) => user.name.to_string(),
+            (None, Some(ip)) => format!("trusted:{}", ip.to_canonical()),
+            (None, None) => "trusted:".to_owned(),
+        };
+        let may_write = trusted || user.is_some_and(|user| user.scope == Scope::Write);
+        Self { who, may_write }
+    }
+}
+
 /// The view a path names (the layer sits only on the views' routes).
 fn view_of(path: &str) -> View {
     match path {
@@ -202,6 +229,7 @@ fn view_of(path: &str) -> View {
         "/top" => View::Top,
         "/history" => View::History,
         "/rlqs" => View::Rlqs,
+        _ if path.starts_with("/v1/") => View::Tables,
         _ => View::Page,
     }
 }
@@ -220,7 +248,12 @@ pub(crate) async fn guard(
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
     let (result, user, response) = match access.verdict(peer, request.headers()) {
-        Verdict::Pass(user) => (AdminResult::Ok, user, next.run(request).await),
+        Verdict::Pass(user, trusted) => {
+            let mut request = request;
+            let caller = Caller::of(user.as_ref(), peer, trusted);
+            request.extensions_mut().insert(caller);
+            (AdminResult::Ok, user, next.run(request).await)
+        }
         Verdict::Unauthenticated => (
             AdminResult::Unauthenticated,
             None,

@@ -22,12 +22,27 @@ pub(super) fn spawn_background(
             reload.stats.clone(),
             reload.baseline.clone(),
         );
-        let health = health.clone();
+        let (health, limiter) = (health.clone(), limiter.clone());
         tracker.spawn(
             watcher
                 .run(reload.interval, shutdown.clone(), move |index| {
-                    let health = health.clone();
-                    async move { health.set_rules(&index).await }
+                    let (health, limiter) = (health.clone(), limiter.clone());
+                    async move {
+                        health.set_rules(&index).await;
+                        // Table entries are resolved again for the new
+                        // rules off the request path (a whole table's
+                        // worth of work, on a blocking thread).
+                        let refreshed = tokio::task::spawn_blocking(move || {
+                            let rules = limiter.rules().load_full();
+                            limiter.tables().refresh(&rules, limiter.metrics());
+                        });
+                        if let Err(err) = refreshed.await {
+                            warn!(
+                                error = &err as &dyn std::error::Error,
+                                "table refresh failed"
+                            );
+                        }
+                    }
                 })
                 .instrument(info_span!("config_watch")),
         );

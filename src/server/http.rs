@@ -1,6 +1,6 @@
 //! The HTTP face (reference port 8080): `GET /healthcheck`, `POST /json`
-//! and `GET /rlconfig`; and the operator views `POST /explain`, `GET /top`
-//! and the live page `GET /`.
+//! and `GET /rlconfig`; the operator views `POST /explain`, `GET /top`
+//! and the live page `GET /`; and the limit-table API under `/v1/`.
 //!
 //! Owns the proto3-JSON shapes of `RateLimitRequest`/`RateLimitResponse`
 //! (hand-written serde types, converted straight to and from the domain
@@ -9,6 +9,7 @@
 
 mod explain;
 mod json;
+mod tables;
 mod top;
 
 pub use explain::{ExplainError, explain_json};
@@ -63,6 +64,7 @@ pub(crate) fn router(
         .route("/top", get(top::top))
         .route("/history", get(history))
         .route("/", get(top::page))
+        .merge(tables::routes())
         .with_state(state.clone())
         .merge(rlqs_view);
     Router::new()

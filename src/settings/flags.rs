@@ -241,6 +241,8 @@ pub struct StoreArgs {
     pub(crate) memory_store_snapshot_path: Option<PathBuf>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::memory_store_snapshot_interval.help())]
     pub(crate) memory_store_snapshot_interval: Option<Duration>,
+    #[arg(long, value_name = "FILE", help = vars::tables_path.help())]
+    pub(crate) tables_path: Option<PathBuf>,
     #[arg(long, value_enum, help = vars::failure_mode.help())]
     pub(crate) on_store_error: Option<OnStoreError>,
 }

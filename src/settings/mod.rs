@@ -91,6 +91,9 @@ pub struct Settings {
     /// The embedded store's snapshot (`memory_store_snapshot_path`,
     /// `memory_store_snapshot_interval`); `None`: counters start empty.
     pub memory_store_snapshot: Option<crate::store::memory::SnapshotConfig>,
+    /// Where the embedded store keeps limit tables (`tables_path`, else
+    /// beside the snapshot); `None`: changes to tables are refused.
+    pub tables_path: Option<PathBuf>,
     /// `near_limit_ratio`.
     pub near_limit_ratio: f64,
     /// Cap on distinct per-rule metric series.
@@ -437,6 +440,11 @@ impl Settings {
         )?;
 
         let global_shadow_mode = flag(args.shadow_mode, vars::shadow_mode.name)?;
+        let snapshot_path = store_args
+            .memory_store_snapshot_path
+            .clone()
+            .or_else(|| get(vars::memory_store_snapshot_path.name).map(PathBuf::from))
+            .filter(|path| !path.as_os_str().is_empty());
         Ok(Self {
             stats,
             xds: xds::xds_options(&args.xds_args, &get)?,
@@ -507,12 +515,7 @@ impl Settings {
                 vars::memory_store_max_bytes.name,
                 crate::store::memory::DEFAULT_MAX_BYTES,
             )?,
-            memory_store_snapshot: match store_args
-                .memory_store_snapshot_path
-                .clone()
-                .or_else(|| get(vars::memory_store_snapshot_path.name).map(PathBuf::from))
-                .filter(|path| !path.as_os_str().is_empty())
-            {
+            memory_store_snapshot: match snapshot_path.clone() {
                 None => None,
                 Some(path) => Some(crate::store::memory::SnapshotConfig {
                     path,
@@ -525,6 +528,18 @@ impl Settings {
                     .max(Duration::from_millis(10)),
                 }),
             },
+            tables_path: store_args
+                .tables_path
+                .clone()
+                .or_else(|| get(vars::tables_path.name).map(PathBuf::from))
+                .filter(|path| !path.as_os_str().is_empty())
+                .or_else(|| {
+                    snapshot_path.as_ref().map(|snapshot| {
+                        let mut path = snapshot.clone().into_os_string();
+                        path.push(".tables");
+                        PathBuf::from(path)
+                    })
+                }),
             serve: ServeOptions {
                 shutdown_grace,
                 max_request_bytes,

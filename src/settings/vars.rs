@@ -125,6 +125,7 @@ pub(crate) const ALL: &[Var] = &[
     memory_store_max_bytes,
     memory_store_snapshot_path,
     memory_store_snapshot_interval,
+    tables_path,
     shutdown_grace,
     grpc_max_concurrent_streams,
     grpc_max_connection_age,

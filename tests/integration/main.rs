@@ -16,6 +16,7 @@ mod overload;
 mod redact;
 mod reload;
 mod snapshot;
+mod tables;
 mod tls;
 mod uds;
 mod xds;

@@ -5,7 +5,8 @@
 //! Redis and a 3-master Redis Cluster answer exactly what the model answers
 //! (and memcached, on rules of fixed windows, all it counts):
 //! per descriptor the code, the remaining count, the reset and the limit,
-//! and the overall code.
+//! and the overall code. Limit tables change between requests (entries
+//! put, changed, deleted; rules reading them take their limits).
 //!
 //! The model shares no code with `src/`: one small function per algorithm
 //! over plain maps. `MODEL_CASES` sets the number of cases (default 24 per
@@ -14,7 +15,7 @@
 use crate::support::backends::{Backend, cluster, memory, redis_config, standalone};
 use crate::support::grpc::index;
 use arc_swap::ArcSwap;
-use floodgate::{Code, Limiter, LimiterOptions};
+use floodgate::{Code, Limiter, LimiterOptions, TableEntry, Tables, Writing};
 use floodgate::{Descriptor, RateLimitOverride, Request, Unit};
 use floodgate::{ManualClock, UnixMillis};
 use floodgate::{MemcacheConfig, MemcacheStore, RedisConfig, RedisStore, StoreKind};
@@ -84,6 +85,18 @@ struct RuleGen {
     /// A fixed window on this calendar (index into `CALENDARS`) instead of
     /// `limits`' windows: one limit, `calendar: true`.
     calendar: Option<usize>,
+    /// Reads the limit table `t<i>` (one limit of a fixed window, sliding
+    /// window or log, not on a calendar).
+    table: bool,
+}
+
+/// A change to a limit table between requests.
+#[derive(Debug, Clone, Copy)]
+enum TableOp {
+    Delete,
+    Unlimited,
+    /// `{"requests_per_unit": n}`: the rule's window, this limit.
+    Limit(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +113,8 @@ struct DescGen {
 
 #[derive(Debug, Clone)]
 struct Step {
+    /// Table changes made before the request: (rule key, value, change).
+    table_ops: Vec<(usize, u8, TableOp)>,
     instance: usize,
     /// Clock change before the request, ms (may be negative, small).
     advance_ms: i64,
@@ -135,15 +150,21 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
         prop::bool::weighted(0.2),
         proptest::option::weighted(0.15, 0usize..KEYS),
         proptest::option::weighted(0.3, 0usize..CALENDARS.len()),
+        prop::bool::weighted(0.4),
     )
         .prop_map(
-            |(alg, mut limits, burst, unlimited, shadow, quota, replaces, calendar)| {
+            |(alg, mut limits, burst, unlimited, shadow, quota, replaces, calendar, table)| {
                 let mut seen = HashSet::new();
                 limits.retain(|&(_, w)| seen.insert(w));
                 let calendar = calendar.filter(|_| alg == Alg::Fixed && !unlimited);
                 if calendar.is_some() || alg == Alg::Concurrency {
                     limits.truncate(1);
                 }
+                let table = table
+                    && !unlimited
+                    && calendar.is_none()
+                    && limits.len() == 1
+                    && matches!(alg, Alg::Fixed | Alg::Sliding | Alg::Log);
                 RuleGen {
                     alg,
                     limits,
@@ -153,6 +174,7 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
                     quota,
                     replaces,
                     calendar,
+                    table,
                 }
             },
         )
@@ -185,13 +207,28 @@ fn step_gen() -> impl Strategy<Value = Step> {
         ],
         0u32..3,
         proptest::collection::vec(desc, 1..4),
+        proptest::collection::vec(
+            (
+                0usize..KEYS,
+                0u8..2,
+                prop_oneof![
+                    1 => Just(TableOp::Delete),
+                    1 => Just(TableOp::Unlimited),
+                    3 => (0u64..6).prop_map(TableOp::Limit),
+                ],
+            ),
+            0..3,
+        ),
     )
-        .prop_map(|(instance, advance_ms, request_hits, descriptors)| Step {
-            instance,
-            advance_ms,
-            request_hits,
-            descriptors,
-        })
+        .prop_map(
+            |(instance, advance_ms, request_hits, descriptors, table_ops)| Step {
+                table_ops,
+                instance,
+                advance_ms,
+                request_hits,
+                descriptors,
+            },
+        )
 }
 
 fn scenario_gen() -> impl Strategy<Value = Scenario> {
@@ -270,9 +307,14 @@ fn yaml(rules: &[RuleGen]) -> String {
                 .filter(|&j| j != i)
                 .map(|j| format!(", replaces: [{{name: n{j}}}]"))
                 .unwrap_or_default();
+            let table = if r.table {
+                format!(", table: t{i}")
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "    rate_limit: {}, name: n{i}{replaces}}}",
+                "    rate_limit: {}, name: n{i}{replaces}{table}}}",
                 one(single)
             );
         } else {
@@ -322,6 +364,9 @@ pub(crate) struct Model {
     slots: HashMap<(String, u64), Vec<(u64, u64)>>,
     /// Members of acquires that name no slot (never released).
     anonymous: u64,
+    /// Limit table entries: (rule key, value) -> `None` unlimited, else
+    /// the limit.
+    tables: HashMap<(usize, u8), Option<u64>>,
 }
 
 fn ceil_ms(us: u64) -> u64 {
@@ -751,6 +796,16 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
             if r.unlimited {
                 return Plan::Unlimited;
             }
+            // A table entry for this value replaces the rule's limit (its
+            // window stays the rule's), or makes it unlimited.
+            let entry = if r.table {
+                m.tables.get(&(d.key, d.value)).copied()
+            } else {
+                None
+            };
+            if entry == Some(None) {
+                return Plan::Unlimited;
+            }
             let named = r.limits.len() == 1;
             Plan::Limited {
                 alg: r.alg,
@@ -758,6 +813,7 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
                     .limits
                     .iter()
                     .map(|&(l, w)| {
+                        let l = entry.flatten().unwrap_or(l);
                         let w = match r.calendar {
                             Some(c) => CALENDAR_W + c as u64,
                             None => WINDOWS[w].0,
@@ -1109,6 +1165,8 @@ fn check(
     let redactor = Arc::new(
         floodgate::Redactor::new(None, (0..KEYS).map(|i| format!("k{i}")).collect(), true).unwrap(),
     );
+    let dir = tempfile::tempdir().unwrap();
+    let tables = Arc::new(Tables::open(&dir.path().join("tables.log")).unwrap());
     let limiters: Vec<Limiter<StoreKind>> = clocks
         .iter()
         .map(|c| {
@@ -1119,6 +1177,7 @@ fn check(
                 options.clone(),
             )
             .with_redactor(redactor.clone())
+            .with_tables(tables.clone())
         })
         .collect();
     let mut model = Model {
@@ -1144,6 +1203,7 @@ fn check(
         }
         latest = latest.max(now);
         clocks[step.instance].set(UnixMillis(now));
+        change_tables(&tables, &rules.load_full(), &mut model, step);
         let request = Request {
             domain: "m".into(),
             descriptors: step
@@ -1211,6 +1271,40 @@ fn check(
     Ok(())
 }
 
+/// Applies `step`'s table changes to the tables and the model.
+fn change_tables(tables: &Tables, rules: &Arc<floodgate::Index>, model: &mut Model, step: &Step) {
+    let metrics = floodgate::Metrics::default();
+    let writing = Writing {
+        rules,
+        metrics: &metrics,
+        who: "model",
+        time: "t",
+        dry_run: false,
+    };
+    for &(key, value, op) in &step.table_ops {
+        let (table, at) = (format!("t{key}"), ["a", "b"][usize::from(value)]);
+        let entry = match op {
+            TableOp::Delete => {
+                // Deleting a missing entry is refused and changes nothing.
+                let _ = tables.delete(&writing, &table, at);
+                model.tables.remove(&(key, value));
+                continue;
+            }
+            TableOp::Unlimited => serde_json::json!({"unlimited": true}),
+            TableOp::Limit(n) => serde_json::json!({"requests_per_unit": n}),
+        };
+        let entry = TableEntry::from_json(&entry).unwrap();
+        tables.put(&writing, &table, at, entry).unwrap();
+        model.tables.insert(
+            (key, value),
+            match op {
+                TableOp::Limit(n) => Some(n),
+                TableOp::Delete | TableOp::Unlimited => None,
+            },
+        );
+    }
+}
+
 pub(crate) fn cases() -> u32 {
     std::env::var("MODEL_CASES")
         .ok()
@@ -1243,6 +1337,8 @@ fn run_with(backend: impl std::future::Future<Output = Backend>, fixed_only: boo
                 rule.alg = Alg::Fixed;
                 rule.burst = None;
                 rule.limits.truncate(1);
+                // memcached keeps no tables (a rule naming one is refused).
+                rule.table = false;
             }
         }
         sc

@@ -44,6 +44,26 @@ pub async fn raw_http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -
     text.split(' ').nth(1)?.parse().ok()
 }
 
+/// Sends a raw HTTP/1.1 request with `body`; the status and the body.
+pub async fn http_text(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
 /// Resident memory of `pid`, in KiB, from /proc.
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -63,12 +83,18 @@ pub struct Floodgate {
     pub http: SocketAddr,
     /// The Prometheus listener (the reference's series).
     pub metrics: SocketAddr,
-    _rules: tempfile::TempDir,
+    rules: tempfile::TempDir,
 }
 
 impl Floodgate {
     pub async fn start(env: &[(&str, String)]) -> Self {
         Self::start_logged(env, Stdio::null()).await
+    }
+
+    /// A process serving `rules` (one rule file, `edge.yaml`) instead of
+    /// [`RULES`].
+    pub async fn start_with_rules(rules_yaml: &str, env: &[(&str, String)]) -> Self {
+        Self::start_with(&[("edge.yaml", rules_yaml)], env, Stdio::null()).await
     }
 
     /// [`Floodgate::start`], its log (stderr) written to `log`.
@@ -122,7 +148,7 @@ impl Floodgate {
             grpc_port,
             http,
             metrics: format!("127.0.0.1:{metrics_port}").parse().unwrap(),
-            _rules: rules,
+            rules,
         }
     }
 
@@ -135,6 +161,11 @@ impl Floodgate {
     /// The gRPC listener's address.
     pub fn grpc_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.grpc_port))
+    }
+
+    /// The rule directory it serves.
+    pub fn rules_dir(&self) -> &std::path::Path {
+        self.rules.path()
     }
 
     pub fn rss_kib(&self) -> u64 {

@@ -31,10 +31,12 @@ mod tree;
 pub use error::ConfigError;
 pub(crate) use error::ConfigIssue;
 use keys::{MapKind, check_keys};
-use rate_limit::{check_rate_limit, check_rate_limits};
+use rate_limit::{check_rate_limit, check_rate_limits, check_table};
 use tree::{BuildDomain, BuildLevel, add_descriptors, freeze};
 
-use super::index::{Algorithm, DomainIndex, Index, Level, Limit, Node, PathStep, Policy, Rule};
+use super::index::{
+    Algorithm, DomainIndex, Index, Level, Limit, Node, PathStep, Policy, Rule, TableUse,
+};
 use super::model::{self, DESCRIPTOR_KEYS, RATE_LIMIT_KEYS, REPLACES_KEYS, ROOT_KEYS};
 use crate::algorithm::MAX_LIMITS;
 use crate::descriptor::Unit;
@@ -137,6 +139,42 @@ pub(crate) fn load_models(
         loader.add_file(name, file, None);
     }
     loader.finish()
+}
+
+/// Checks limits a table entry lays over a rule's exactly as the rule's
+/// own `rate_limit` (`several` false) or `rate_limits` are checked: the
+/// same checks, the same wording, every problem as
+/// `entry[.rate_limits[i]]: message`.
+///
+/// # Errors
+/// Every problem found.
+pub(crate) fn check_limits(
+    items: &[model::RateLimit],
+    several: bool,
+) -> Result<Policy, Vec<String>> {
+    let mut issues = Vec::new();
+    let mut check = FileCheck {
+        file: "",
+        domain: "",
+        issues: &mut issues,
+        fixed_windows_only: false,
+    };
+    let place = Place {
+        at: "entry".to_owned(),
+        key: None,
+        value: None,
+    };
+    let checked = match items {
+        [one] if !several => check_rate_limit(&mut check, one, &place, ".rate_limit"),
+        _ => check_rate_limits(&mut check, items, &place),
+    };
+    match checked {
+        Some((policy, _)) if issues.is_empty() => Ok(policy),
+        _ => Err(issues
+            .iter()
+            .map(|issue| format!("{}: {}", issue.path(), issue.message()))
+            .collect()),
+    }
 }
 
 /// Accumulates domains and issues over all files.

@@ -68,6 +68,11 @@ const RULES: &[&str] = &[
     "non_string_key",
     "list_of_scalars",
     "type_error",
+    "table_on_concurrency",
+    "table_on_unlimited",
+    "table_key_without_table",
+    "table_invalid_name",
+    "rate_limits_different_tables",
 ];
 
 #[test]

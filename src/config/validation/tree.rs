@@ -145,7 +145,9 @@ pub(super) fn add_descriptors(
             (None, Some(rate_limits)) => check_rate_limits(check, rate_limits, &place),
             _ => None,
         };
+        let table = check_table(check, descriptor, key, &place);
         let rule = checked.map(|(policy, replaces)| Rule {
+            table,
             specs: match &policy {
                 Policy::Limited(limits) => crate::config::specs(limits),
                 Policy::Unlimited { .. } => Vec::new(),

@@ -193,6 +193,10 @@ fn rate_limit(policy: rls_conf::RateLimitPolicy) -> model::RateLimit {
         slot_key: None,
         release_key: None,
         lease: None,
+        // The xDS resource has no table field: limit tables are a
+        // rule-file extension.
+        table: None,
+        table_key: None,
     }
 }
 

@@ -15,7 +15,7 @@ pub(crate) const MIN_TOKEN_CHARS: usize = 16;
 pub(crate) enum Scope {
     /// The operator views.
     Read,
-    /// The views and, once it exists, writing the tables API.
+    /// The views, and changes through the limit-table API.
     Write,
 }
 

@@ -7,7 +7,9 @@ use super::json::{JsonError, JsonRequest, JsonStatus, code_name, duration_text};
 use super::{AppState, bad_request};
 use crate::config::{Algorithm, StepMatch};
 use crate::descriptor::{Request, Unit};
-use crate::limiter::{Explained, Explanation, LimitError, Limiter, Step, Verdict, WindowState};
+use crate::limiter::{
+    Explained, Explanation, LimitError, Limiter, Step, TableRead, Verdict, WindowState,
+};
 use crate::store::StoreKind;
 use axum::body::Body;
 use axum::extract::State;
@@ -33,6 +35,33 @@ struct JsonExplained {
     replaced_by: Option<String>,
     status: JsonStatus,
     windows: Vec<JsonWindow>,
+    /// The limit table the rule reads: its name, key, the value looked up
+    /// and the entry used, or `"rule default"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    table: Option<JsonTableRead>,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonTableRead {
+    table: String,
+    key: String,
+    value: Option<String>,
+    entry: serde_json::Value,
+}
+
+impl From<TableRead> for JsonTableRead {
+    fn from(read: TableRead) -> Self {
+        let entry = read
+            .entry
+            .and_then(|entry| serde_json::to_value(entry).ok())
+            .unwrap_or_else(|| serde_json::Value::from("rule default"));
+        Self {
+            table: read.table,
+            key: read.key,
+            value: read.value,
+            entry,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -129,6 +158,7 @@ impl From<Explained> for JsonExplained {
                 .into_iter()
                 .map(JsonWindow::from)
                 .collect(),
+            table: explained.table.map(JsonTableRead::from),
         }
     }
 }

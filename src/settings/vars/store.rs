@@ -34,6 +34,14 @@ pub(crate) const memory_store_snapshot_interval: Var = Var {
     doc: "How often the embedded store's snapshot is written (and at shutdown)",
 };
 
+/// `tables_path`.
+pub(crate) const tables_path: Var = Var {
+    name: "TABLES_PATH",
+    flag: "tables-path",
+    default: "{memory_store_snapshot_path} + `.tables` when that is set (else changes to limit tables are refused)",
+    doc: "File (an append-only log) the embedded store keeps limit tables and their audit trail in; each change is written and synced before the API answers",
+};
+
 /// `redis_url`.
 pub(crate) const redis_url: Var = Var {
     name: "REDIS_URL",

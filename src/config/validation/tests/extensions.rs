@@ -213,3 +213,60 @@ descriptors:
     );
     assert!(errors.contains("redact"), "{errors}");
 }
+
+#[test]
+fn a_table_keys_on_the_rule_key_by_default_and_keeps_the_limits_as_written() {
+    let index = load_sources(
+        &[source(
+            "t.yaml",
+            "domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 60, table: plans}
+  - key: route
+    rate_limits:
+      - {unit: minute, requests_per_unit: 10, table: routes, table_key: plan}
+      - {unit: hour, requests_per_unit: 100, table: routes, table_key: plan}
+",
+        )],
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let tables: Vec<_> = index
+        .rules()
+        .map(|rule| {
+            let table = rule.table.as_ref().unwrap();
+            (
+                &*table.name,
+                &*table.key,
+                table.several,
+                table.template.len(),
+                table.template.iter().all(|t| t.table.is_none()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            ("plans", "tenant", false, 1, true),
+            ("routes", "plan", true, 2, true)
+        ]
+    );
+}
+
+#[test]
+fn a_store_keeping_no_tables_refuses_a_rule_naming_one() {
+    let memcache = LoadOptions {
+        fixed_windows_only: true,
+        ..LoadOptions::default()
+    };
+    let yaml = "domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 60, table: plans}
+";
+    assert_eq!(
+        rendered(load_sources(&[source("m.yaml", yaml)], &memcache)),
+        "m.yaml: descriptors[0] (key=tenant): table needs Redis or the embedded store: the memcache store keeps no tables"
+    );
+}

@@ -1,0 +1,247 @@
+//! Unit tests of the table registry: changes, pages, the audit trail, the
+//! log read back.
+
+use super::*;
+use crate::config::{LoadOptions, Source, load_sources};
+use serde_json::json;
+
+fn rules() -> Arc<Index> {
+    let text = "domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 60, table: plans}
+";
+    Arc::new(
+        load_sources(
+            &[Source {
+                name: "api.yaml".to_owned(),
+                text: text.to_owned(),
+            }],
+            &LoadOptions::default(),
+        )
+        .unwrap(),
+    )
+}
+
+fn entry(value: &serde_json::Value) -> TableEntry {
+    TableEntry::from_json(value).unwrap()
+}
+
+fn writing<'a>(rules: &'a Arc<Index>, metrics: &'a Metrics, time: &'a str) -> Writing<'a> {
+    Writing {
+        rules,
+        metrics,
+        who: "trusted:127.0.0.1",
+        time,
+        dry_run: false,
+    }
+}
+
+fn temp_log(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "floodgate-tables-{name}-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("tables.log")
+}
+
+#[test]
+fn without_a_place_changes_are_refused_but_dry_runs_answer() {
+    let (rules, metrics) = (rules(), Metrics::default());
+    let tables = Tables::default();
+    let w = writing(&rules, &metrics, "t");
+    let err = tables
+        .put(&w, "plans", "acme", entry(&json!({"requests_per_unit": 5})))
+        .unwrap_err();
+    assert!(matches!(err, TableError::NoPath));
+    assert!(err.to_string().contains("TABLES_PATH"));
+    let dry = Writing { dry_run: true, ..w };
+    let change = tables
+        .put(
+            &dry,
+            "plans",
+            "acme",
+            entry(&json!({"requests_per_unit": 5})),
+        )
+        .unwrap();
+    assert_eq!((change.version, change.previous), (1, None));
+    assert_eq!(tables.entry("plans", "acme"), None);
+    let redis = Tables::unkept(Unkept::Redis);
+    let err = redis
+        .put(&w, "plans", "acme", entry(&json!({"requests_per_unit": 5})))
+        .unwrap_err();
+    assert!(err.to_string().contains("Redis"), "{err}");
+}
+
+#[test]
+fn changes_are_resolved_for_the_rules_and_kept_across_a_reopen() {
+    let (rules, metrics) = (rules(), Metrics::default());
+    let path = temp_log("reopen");
+    let tables = Tables::open(&path).unwrap();
+    let w = writing(&rules, &metrics, "2026-01-01T00:00:00Z");
+    tables
+        .put(
+            &w,
+            "plans",
+            "acme",
+            entry(&json!({"requests_per_unit": 5, "name": "gold"})),
+        )
+        .unwrap();
+    tables
+        .put(&w, "plans", "beta", entry(&json!({"unlimited": true})))
+        .unwrap();
+    let rule = rules.rules().next().unwrap().table.clone().unwrap();
+    let set = tables.load();
+    let found = set.find(&rule, "acme").unwrap();
+    let Some(Resolved::Limited { limits, .. }) = found.resolved else {
+        panic!("limited");
+    };
+    assert_eq!(
+        (limits[0].requests_per_unit, limits[0].window_secs()),
+        (5, 60)
+    );
+    assert!(set.find(&rule, "nobody").is_none());
+    drop(set);
+    // A wrong entry changes nothing.
+    let err = tables
+        .put(
+            &w,
+            "plans",
+            "acme",
+            entry(&json!({"requests_per_unit": 5, "burst": 2})),
+        )
+        .unwrap_err();
+    let TableError::Invalid(problems) = err else {
+        panic!("invalid");
+    };
+    assert_eq!(problems, ["entry: burst is only valid with algorithm gcra"]);
+    tables.delete(&w, "plans", "beta").unwrap();
+    assert!(matches!(
+        tables.delete(&w, "plans", "beta"),
+        Err(TableError::NotFound)
+    ));
+    let before = tables.list();
+    let trail = tables.audit(None, None, None, 100);
+    drop(tables);
+
+    let again = Tables::open(&path).unwrap();
+    assert_eq!(again.list(), before);
+    assert_eq!(
+        again.list(),
+        [TableSummary {
+            table: "plans".to_owned(),
+            entries: 1,
+            version: 3
+        }]
+    );
+    assert_eq!(again.audit(None, None, None, 100), trail);
+    again.refresh(&rules, &metrics);
+    assert!(again.load().find(&rule, "acme").unwrap().resolved.is_some());
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_torn_last_line_is_cut_off() {
+    let (rules, metrics) = (rules(), Metrics::default());
+    let path = temp_log("torn");
+    let tables = Tables::open(&path).unwrap();
+    let w = writing(&rules, &metrics, "t");
+    tables
+        .put(&w, "plans", "acme", entry(&json!({"requests_per_unit": 5})))
+        .unwrap();
+    drop(tables);
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("{\"time\":\"t\",\"who\"");
+    std::fs::write(&path, text).unwrap();
+    let again = Tables::open(&path).unwrap();
+    assert_eq!(again.list().len(), 1);
+    again
+        .put(&w, "plans", "beta", entry(&json!({"requests_per_unit": 6})))
+        .unwrap();
+    drop(again);
+    assert_eq!(Tables::open(&path).unwrap().list()[0].entries, 2);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn an_import_is_all_or_nothing_and_names_its_bad_line() {
+    let (rules, metrics) = (rules(), Metrics::default());
+    let path = temp_log("import");
+    let tables = Tables::open(&path).unwrap();
+    let w = writing(&rules, &metrics, "t");
+    let items = vec![
+        ("a".to_owned(), entry(&json!({"requests_per_unit": 1}))),
+        (
+            "b".to_owned(),
+            entry(&json!({"requests_per_unit": 2, "unit": "fortnight"})),
+        ),
+    ];
+    let err = tables.import(&w, "plans", items).unwrap_err();
+    let TableError::ImportLine { line, problems } = err else {
+        panic!("import line");
+    };
+    assert_eq!(line, 2);
+    assert_eq!(problems, ["entry: invalid rate limit unit 'fortnight'"]);
+    assert!(tables.list().is_empty());
+    let items = (0..5)
+        .map(|i| (format!("k{i}"), entry(&json!({"requests_per_unit": i}))))
+        .collect();
+    let changes = tables.import(&w, "plans", items).unwrap();
+    assert_eq!(changes.len(), 5);
+    assert!(
+        changes
+            .iter()
+            .all(|c| c.version == 1 && c.action == Action::Import)
+    );
+    // Pages: sorted by key, `next` until the end, empty past it.
+    let first = tables.page("plans", None, 2).unwrap();
+    let keys: Vec<_> = first.entries.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(
+        (keys, first.next.as_deref()),
+        (vec!["k0", "k1"], Some("k1"))
+    );
+    let last = tables.page("plans", Some("k3"), 2).unwrap();
+    assert_eq!((last.entries.len(), last.next), (1, None));
+    assert_eq!(tables.page("plans", Some("zzz"), 2).unwrap().entries, []);
+    assert_eq!(tables.page("missing", None, 2), None);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn the_audit_trail_is_newest_first_filtered_and_paged() {
+    let (rules, metrics) = (rules(), Metrics::default());
+    let path = temp_log("audit");
+    let tables = Tables::open(&path).unwrap();
+    let w = writing(&rules, &metrics, "t");
+    let five = entry(&json!({"requests_per_unit": 5}));
+    let six = entry(&json!({"requests_per_unit": 6}));
+    tables.put(&w, "plans", "a", five.clone()).unwrap();
+    tables.put(&w, "other", "a", five.clone()).unwrap();
+    tables.put(&w, "plans", "a", six.clone()).unwrap();
+    tables.delete(&w, "plans", "a").unwrap();
+    let page = tables.audit(Some("plans"), Some("a"), None, 2);
+    let seen: Vec<_> = page
+        .changes
+        .iter()
+        .map(|c| (c.action, c.previous.clone(), c.entry.clone(), c.version))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Action::Delete, Some(six.clone()), None, 3),
+            (Action::Put, Some(five), Some(six), 2),
+        ]
+    );
+    let rest = tables.audit(Some("plans"), Some("a"), page.next, 2);
+    assert_eq!(rest.changes.len(), 1);
+    assert_eq!(rest.changes[0].previous, None);
+    assert_eq!(rest.next, None);
+    assert_eq!(tables.audit(None, None, None, 10).changes.len(), 4);
+    let mut rendered = String::new();
+    metrics.table.render(&mut rendered);
+    assert!(rendered.contains("ratelimit_table_entries{table=\"plans\"} 0\n"));
+    assert!(rendered.contains("ratelimit_table_changes_total{table=\"plans\",action=\"put\"} 2\n"));
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
