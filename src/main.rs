@@ -231,7 +231,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
     // cannot be read stops the start (serving without the tables would
     // give every tenant the rule's default).
     let tables = match (settings.store, &settings.tables_path) {
-        (BackendType::Redis, _) => Tables::unkept(Unkept::Redis),
+        (BackendType::Redis, _) => Tables::shared(),
         (BackendType::Memcache, _) => Tables::unkept(Unkept::Memcache),
         (BackendType::Memory, None) => Tables::unkept(Unkept::NoPath),
         (BackendType::Memory, Some(path)) => match Tables::open(path) {

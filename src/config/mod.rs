@@ -35,6 +35,7 @@ pub use table::{
     Action, AuditPage, Change, KeyedEntry, Page, TableEntry, TableError, TableSummary, Tables,
     Unkept, Window, Writing,
 };
+pub(crate) use table::{SharedChange, SharedCursor, SharedTable, shared_items};
 pub use validation::{ConfigError, LoadOptions, Source, load_dir, load_sources};
 pub(crate) use watch::DEFAULT_POLL_INTERVAL;
 pub(crate) use watch::Fingerprint;

@@ -21,6 +21,9 @@ pub struct TableMetrics {
     // A lock, not atomics: written once per API change, read by scrapes;
     // never touched by a decision.
     tables: Mutex<BTreeMap<String, Figures>>,
+    /// Milliseconds since this instance's copy of shared tables last
+    /// matched the store's.
+    lag_ms: std::sync::atomic::AtomicU64,
 }
 
 impl TableMetrics {
@@ -37,10 +40,25 @@ impl TableMetrics {
         }
     }
 
-    /// Appends `ratelimit_table_entries` and
+    /// Time since this instance's copy of tables shared through Redis last
+    /// matched Redis's (0 on the embedded store).
+    pub fn set_lag(&self, lag: std::time::Duration) {
+        let ms = u64::try_from(lag.as_millis()).unwrap_or(u64::MAX);
+        self.lag_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Appends `ratelimit_table_lag_seconds`, `ratelimit_table_entries` and
     /// `ratelimit_table_changes_total` in the Prometheus text format.
     pub fn render(&self, out: &mut String) {
         let tables = self.tables.lock().clone();
+        let name = "ratelimit_table_lag_seconds";
+        let lag = self.lag_ms.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time since this instance's copy of the limit tables kept in Redis last matched Redis's (0 on the embedded store).\n# TYPE {name} gauge\n{name} {}.{:03}",
+            lag / 1000,
+            lag % 1000
+        );
         let name = "ratelimit_table_entries";
         let _ = writeln!(
             out,
@@ -52,7 +70,7 @@ impl TableMetrics {
         let name = "ratelimit_table_changes_total";
         let _ = writeln!(
             out,
-            "# HELP {name} Changes made to limit tables through the API, by action.\n# TYPE {name} counter"
+            "# HELP {name} Changes made to limit tables, by action (on Redis: every change this instance applied, whichever instance made it).\n# TYPE {name} counter"
         );
         for (table, figures) in &tables {
             for (action, count) in TABLE_ACTIONS.iter().zip(figures.changes) {

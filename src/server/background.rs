@@ -76,6 +76,13 @@ pub(super) fn spawn_background(
             async move { limiter.run_leases(shutdown).await }.instrument(info_span!("leases")),
         );
     }
+    if super::shared_tables::redis_of(limiter).is_some() {
+        // Limit tables kept in Redis: loaded once connected, then followed.
+        let (limiter, shutdown) = (limiter.clone(), shutdown.clone());
+        tracker.spawn(
+            super::shared_tables::follow(limiter, shutdown).instrument(info_span!("tables")),
+        );
+    }
     {
         // The live page's last 15 minutes: the counters sampled every step.
         let (metrics, shutdown) = (limiter.metrics().clone(), shutdown.clone());
@@ -105,7 +112,9 @@ pub(super) fn spawn_background(
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     _ = poll.tick() => {
-                        let answers = limiter.store().is_ready() && limiter.store().answers().await;
+                        let answers = limiter.store().is_ready()
+                            && limiter.tables().ready()
+                            && limiter.store().answers().await;
                         if answers != serving {
                             serving = answers;
                             health.set_store_ready(answers).await;
@@ -119,17 +128,18 @@ pub(super) fn spawn_background(
                 }
             }
         });
-    } else if !limiter.store().is_ready() {
-        // Health stays NOT_SERVING until the store is connected, so probes
-        // never route traffic to an instance that can only answer
-        // UNAVAILABLE.
+    } else if !limiter.store().is_ready() || !limiter.tables().ready() {
+        // Health stays NOT_SERVING until the store is connected (and limit
+        // tables kept in Redis are loaded), so probes never route traffic
+        // to an instance that can only answer UNAVAILABLE, or that would
+        // answer tenants the rules' defaults.
         let (limiter, health, shutdown) = (limiter.clone(), health.clone(), shutdown.clone());
         tracker.spawn(async move {
             let mut poll = tokio::time::interval(STORE_READY_POLL);
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
-                    _ = poll.tick() => if limiter.store().is_ready() { break },
+                    _ = poll.tick() => if limiter.store().is_ready() && limiter.tables().ready() { break },
                 }
             }
             health.set_store_ready(true).await;

@@ -20,6 +20,7 @@ mod health;
 mod http;
 mod metadata;
 mod options;
+mod shared_tables;
 mod tls;
 mod uds;
 

@@ -16,6 +16,7 @@ pub use kind::StoreKind;
 pub use memcache::{MemcacheConfig, MemcacheServers, MemcacheStore, MemcacheTls};
 pub use memory::{MemoryStore, SnapshotError, SnapshotRead};
 pub use redis::{RedisConfig, RedisMode, RedisStore, RedisTls};
+pub(crate) use redis::{TableLogLine, TableWrite, TableWritten};
 
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;

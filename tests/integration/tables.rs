@@ -5,7 +5,6 @@
 //! naming the setting; a rule changed by a reload reads its entries again.
 
 use crate::support::floodgate::{Floodgate, http_text};
-use crate::support::grpc::request;
 use crate::support::poll_until_async;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
@@ -27,15 +26,7 @@ async fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, V
 /// The binary's answer for `tenant`: its limit, the limit's unit and the
 /// hits remaining.
 async fn answer(server: &Floodgate, tenant: &str) -> (u32, i32, u32) {
-    let mut client = server.client().await;
-    let answer = client
-        .should_rate_limit(request("api", &[&[("tenant", tenant)]]))
-        .await
-        .unwrap()
-        .into_inner();
-    let status = &answer.statuses[0];
-    let limit = status.current_limit.as_ref().unwrap();
-    (limit.requests_per_unit, limit.unit, status.limit_remaining)
+    server.limit_of("api", ("tenant", tenant)).await
 }
 
 /// The limit and remaining hits the binary answers for `tenant`.

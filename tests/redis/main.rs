@@ -21,3 +21,4 @@ mod model;
 mod redact;
 mod redis;
 mod rlqs;
+mod tables;

@@ -158,6 +158,21 @@ impl Floodgate {
             .unwrap()
     }
 
+    /// The answer for one descriptor of one entry `(key, value)` in
+    /// `domain` (one hit counted): its limit, the limit's unit and the
+    /// hits remaining.
+    pub async fn limit_of(&self, domain: &str, entry: (&str, &str)) -> (u32, i32, u32) {
+        let mut client = self.client().await;
+        let answer = client
+            .should_rate_limit(super::grpc::request(domain, &[&[entry]]))
+            .await
+            .unwrap()
+            .into_inner();
+        let status = &answer.statuses[0];
+        let limit = status.current_limit.as_ref().unwrap();
+        (limit.requests_per_unit, limit.unit, status.limit_remaining)
+    }
+
     /// The gRPC listener's address.
     pub fn grpc_addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.grpc_port))

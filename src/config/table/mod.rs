@@ -15,9 +15,11 @@
 
 mod entry;
 mod log;
+mod shared;
 
 pub(crate) use entry::Resolved;
 pub use entry::{TableEntry, Window};
+pub(crate) use shared::{SharedChange, SharedCursor, SharedTable, shared_items};
 
 use super::index::{Index, TableUse};
 use super::rule::is_table_name;
@@ -65,7 +67,8 @@ impl Action {
 pub enum Unkept {
     /// Embedded store without `TABLES_PATH` or a snapshot path.
     NoPath,
-    /// Tables on Redis are not built yet.
+    /// Kept in Redis: changes are made there and read back in order
+    /// (`Tables::shared`), never through [`Tables::put`] and its kin.
     Redis,
     /// memcached keeps no tables.
     Memcache,
@@ -100,11 +103,13 @@ pub enum TableError {
         "tables are kept nowhere: set TABLES_PATH (--tables-path) or MEMORY_STORE_SNAPSHOT_PATH to change them"
     )]
     NoPath,
-    /// Redis store: tables there are not built yet.
-    #[error(
-        "tables on Redis are not built yet: only the embedded store with TABLES_PATH keeps them"
-    )]
+    /// Redis store: changes go to Redis, not to this process's copy.
+    #[error("tables on Redis are changed in Redis, then read back")]
     OnRedis,
+    /// Redis could not make or read the change; nothing changed (or, after
+    /// a timeout, the change log says whether it was made).
+    #[error("tables in Redis: {0}")]
+    Shared(String),
     /// memcached: rules naming a table are refused at start.
     #[error("the memcache store keeps no tables")]
     OnMemcache,
@@ -273,6 +278,8 @@ struct Writer {
     log: Result<TableLog, Unkept>,
     audit: VecDeque<Change>,
     seq: u64,
+    /// Where a shared copy stands in the store's change log.
+    shared: SharedCursor,
 }
 
 /// Every limit table: read without a lock by decisions, changed in turn.
@@ -297,6 +304,11 @@ impl Tables {
                 log: Err(reason),
                 audit: VecDeque::new(),
                 seq: 0,
+                shared: SharedCursor {
+                    seq: 0,
+                    id: "0".to_owned(),
+                    loaded: false,
+                },
             }),
         }
     }
@@ -354,6 +366,7 @@ impl Tables {
                 log: Ok(log),
                 audit,
                 seq,
+                shared: SharedCursor::default(),
             }),
         })
     }

@@ -245,3 +245,138 @@ fn the_audit_trail_is_newest_first_filtered_and_paged() {
     assert!(rendered.contains("ratelimit_table_changes_total{table=\"plans\",action=\"put\"} 2\n"));
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// A shared change `seq` of `plans` putting `key` at `n` (`None`: delete),
+/// as the store's log keeps it.
+fn shared(seq: u64, key: &str, n: Option<u32>, previous: &str) -> SharedChange {
+    let entry = n.map(|n| json!({"requests_per_unit": n}));
+    let items = json!([{"key": key, "entry": entry}]).to_string();
+    let version = seq.to_string();
+    let action = if n.is_some() { "put" } else { "delete" };
+    SharedChange::parse(seq, format!("{seq}-0"), |name| match name {
+        "table" => "plans",
+        "action" => action,
+        "who" => "billing",
+        "time" => "2026-11-28T00:00:00Z",
+        "version" => &version,
+        "items" => &items,
+        "previous" => previous,
+        _ => "",
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_shared_copy_applies_changes_in_log_order_and_asks_for_a_load_on_a_gap() {
+    let (rules, metrics) = (rules(), Metrics::default());
+    let tables = Tables::shared();
+    assert!(!tables.ready(), "not ready before the first load");
+    let cursor = SharedCursor {
+        seq: 0,
+        id: "0".to_owned(),
+        loaded: false,
+    };
+    assert_eq!(
+        tables.load_shared(cursor, Vec::new(), &[], &rules, &metrics),
+        0
+    );
+    assert!(tables.ready());
+    let one = shared(1, "acme", Some(5), "");
+    let two = shared(2, "acme", Some(7), r#"{"requests_per_unit":5}"#);
+    assert!(tables.apply_shared(&[one, two.clone()], &rules, &metrics));
+    // Applied again (a writer and the follower both read it): skipped.
+    assert!(tables.apply_shared(&[two], &rules, &metrics));
+    assert_eq!(tables.entry("plans", "acme").unwrap().1, 2);
+    assert_eq!(tables.shared_cursor().seq, 2);
+    // Change 4 without 3: not applied, and the copy must be loaded whole.
+    assert!(!tables.apply_shared(&[shared(4, "acme", None, "")], &rules, &metrics));
+    assert_eq!(
+        tables.entry("plans", "acme"),
+        Some((entry(&json!({"requests_per_unit": 7})), 2))
+    );
+    let audit = tables.audit(None, None, None, 10);
+    let seen: Vec<_> = audit
+        .changes
+        .iter()
+        .map(|c| (c.who.as_str(), c.previous.clone(), c.seq))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "billing",
+                Some(entry(&json!({"requests_per_unit": 5}))),
+                2 << 20
+            ),
+            ("billing", None, 1 << 20),
+        ]
+    );
+    // Every rule reading the table takes the entry.
+    let rule = rules.rules().find_map(|r| r.table.clone()).unwrap();
+    assert!(
+        tables
+            .load()
+            .find(&rule, "acme")
+            .unwrap()
+            .resolved
+            .is_some()
+    );
+}
+
+#[test]
+fn a_shared_load_replaces_the_copy_and_keeps_the_trail_up_to_its_cursor() {
+    let (rules, metrics) = (rules(), Metrics::default());
+    let tables = Tables::shared();
+    let log = [
+        shared(3, "b", None, r#"{"requests_per_unit":2}"#),
+        shared(2, "b", Some(2), ""),
+    ];
+    let cursor = SharedCursor {
+        seq: 2,
+        id: "2-0".to_owned(),
+        loaded: false,
+    };
+    let table = (
+        "plans".to_owned(),
+        2,
+        vec![
+            ("a".to_owned(), r#"{"requests_per_unit":1}"#.to_owned()),
+            ("bad".to_owned(), "{".to_owned()),
+        ],
+    );
+    assert_eq!(
+        tables.load_shared(cursor, vec![table], &log, &rules, &metrics),
+        1,
+        "one unreadable entry"
+    );
+    assert_eq!(tables.page("plans", None, 10).unwrap().entries.len(), 1);
+    // Only changes up to the cursor are in the trail; 3 comes by applying.
+    assert_eq!(tables.audit(None, None, None, 10).changes.len(), 1);
+    assert_eq!(tables.shared_cursor().id, "2-0");
+}
+
+#[test]
+fn shared_items_write_the_log_and_each_key() {
+    let items = vec![
+        (
+            "a".to_owned(),
+            Some(entry(&json!({"requests_per_unit": 1}))),
+        ),
+        ("b".to_owned(), None),
+    ];
+    let (log, pairs) = shared_items(&items).unwrap();
+    assert_eq!(
+        log,
+        r#"[{"key":"a","entry":{"requests_per_unit":1}},{"key":"b","entry":null}]"#
+    );
+    assert_eq!(
+        pairs,
+        [
+            (
+                "a".to_owned(),
+                Some(r#"{"requests_per_unit":1}"#.to_owned())
+            ),
+            ("b".to_owned(), None)
+        ]
+    );
+}

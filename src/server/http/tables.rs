@@ -10,6 +10,7 @@ use super::AppState;
 use crate::config::table::{MAX_KEY_BYTES, MAX_PAGE};
 use crate::config::{Action, Change, TableEntry, TableError, Writing};
 use crate::server::access::Caller;
+use crate::server::shared_tables;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
@@ -68,8 +69,14 @@ fn refused(err: &TableError) -> Refusal {
         TableError::TableName | TableError::Key => error(StatusCode::BAD_REQUEST, &message),
         TableError::NotFound => error(StatusCode::NOT_FOUND, &message),
         TableError::NoPath => error(StatusCode::CONFLICT, &message),
-        TableError::OnRedis | TableError::OnMemcache => {
-            error(StatusCode::NOT_IMPLEMENTED, &message)
+        TableError::OnMemcache => error(StatusCode::NOT_IMPLEMENTED, &message),
+        TableError::OnRedis => error(StatusCode::INTERNAL_SERVER_ERROR, &message),
+        TableError::Shared(_) => {
+            tracing::warn!(
+                error = err as &dyn std::error::Error,
+                "table change not made in Redis"
+            );
+            error(StatusCode::SERVICE_UNAVAILABLE, &message)
         }
         TableError::Write { .. } => {
             tracing::warn!(
@@ -162,10 +169,7 @@ async fn change<T: Send + 'static>(
     let who = caller.who.clone();
     let ran = tokio::task::spawn_blocking(move || {
         let rules = limiter.rules().load_full();
-        let now_ms = i64::try_from(limiter.clock().now().0).unwrap_or(i64::MAX);
-        let time = jiff::Timestamp::from_millisecond(now_ms)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
+        let time = now_text(&limiter);
         let writing = Writing {
             rules: &rules,
             metrics: limiter.metrics(),
@@ -184,6 +188,55 @@ async fn change<T: Send + 'static>(
             "table change interrupted",
         )),
     }
+}
+
+/// The limiter's clock now, RFC 3339 UTC.
+fn now_text(limiter: &crate::limiter::Limiter<crate::store::StoreKind>) -> String {
+    let now_ms = i64::try_from(limiter.clock().now().0).unwrap_or(i64::MAX);
+    jiff::Timestamp::from_millisecond(now_ms)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// Makes one change of `table`: in this process (the embedded store), or
+/// in Redis after checking it here against the rules (tables kept in
+/// Redis), answered once durable there.
+async fn commit(
+    state: &AppState,
+    caller: &Caller,
+    table: String,
+    action: Action,
+    items: Vec<(String, Option<TableEntry>)>,
+) -> Result<Vec<Change>, Refusal> {
+    let Some(redis) = shared_tables::redis_of(&state.limiter) else {
+        return change(state, caller, false, move |tables, writing| {
+            tables
+                .change(writing, &table, action, items)
+                .map(|(changes, _)| changes)
+        })
+        .await;
+    };
+    let (checked_table, checked) = (table.clone(), items.clone());
+    let checked = change(state, caller, true, move |tables, writing| {
+        match tables.change(writing, &checked_table, action, checked) {
+            // This copy may lag Redis's by a poll: Redis decides.
+            Ok(_) | Err(TableError::NotFound) => Ok(()),
+            Err(err) => Err(err),
+        }
+    })
+    .await;
+    checked?;
+    let time = now_text(&state.limiter);
+    shared_tables::commit(
+        redis,
+        &state.limiter,
+        (&caller.who, &time),
+        &table,
+        action,
+        &items,
+    )
+    .await
+    .map_err(|err| refused(&err))
 }
 
 /// Most keys a dry run previews the windows of.
@@ -305,11 +358,12 @@ async fn put(
         let (changes, preview) = dry_run_of(&state, &caller, table, Action::Put, items).await?;
         return Ok(previewed(changes.first(), preview));
     }
-    let change = change(&state, &caller, false, move |tables, writing| {
-        tables.put(writing, &table, &key, entry)
-    })
-    .await?;
-    Ok(Json(change_json(&change)).into_response())
+    let items = vec![(key, Some(entry))];
+    let changes = commit(&state, &caller, table, Action::Put, items).await?;
+    let change = changes
+        .first()
+        .ok_or_else(|| refused(&TableError::NotFound))?;
+    Ok(Json(change_json(change)).into_response())
 }
 
 /// `DELETE /v1/tables/{table}/entries/{key}[?dry_run=true]`.
@@ -326,11 +380,11 @@ async fn delete(
         let (changes, preview) = dry_run_of(&state, &caller, table, Action::Delete, items).await?;
         return Ok(previewed(changes.first(), preview));
     }
-    let change = change(&state, &caller, false, move |tables, writing| {
-        tables.delete(writing, &table, &key)
-    })
-    .await?;
-    Ok(Json(change_json(&change)).into_response())
+    let changes = commit(&state, &caller, table, Action::Delete, vec![(key, None)]).await?;
+    let change = changes
+        .first()
+        .ok_or_else(|| refused(&TableError::NotFound))?;
+    Ok(Json(change_json(change)).into_response())
 }
 
 /// `GET /v1/tables/{table}/entries/{key}`: `{"entry", "version"}`.
@@ -392,10 +446,8 @@ async fn import(
         let (changes, preview) = dry_run_of(&state, &caller, table, Action::Import, items).await?;
         (changes, Some(preview))
     } else {
-        let changes = change(&state, &caller, false, move |tables, writing| {
-            tables.import(writing, &table, items)
-        })
-        .await?;
+        let items = items.into_iter().map(|(k, e)| (k, Some(e))).collect();
+        let changes = commit(&state, &caller, table, Action::Import, items).await?;
         (changes, None)
     };
     let mut body = json!({

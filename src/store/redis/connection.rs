@@ -28,7 +28,15 @@ pub(super) enum Connection {
 pub(super) struct Cluster {
     pub(super) conn: ClusterConnection,
     pub(super) lanes: ClusterLanes,
+    /// For limit tables: answers wait up to [`TABLES_TIMEOUT`], as an
+    /// import runs for seconds inside Redis.
+    pub(super) tables: ClusterConnection,
 }
+
+/// How long a limit-table call may wait for its answer: an import of a
+/// million entries runs for seconds inside Redis, and a call given up
+/// early would leave the API unsure whether its change was made.
+pub(super) const TABLES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,6 +54,9 @@ pub(super) struct Pool {
     /// The connections, each with its lane (`lanes[i]` sends on `conns[i]`).
     conns: Vec<(ConnectionManager, Lane)>,
     next: AtomicUsize,
+    /// For limit tables (answers within [`TABLES_TIMEOUT`]), dialled on
+    /// first use.
+    pub(super) tables: ConnectionManager,
 }
 
 impl Pool {
@@ -92,23 +103,11 @@ pub(super) async fn open(
                 .filter(|s| !s.trim().is_empty())
                 .map(|s| connection_info(s, None, config.tls.as_ref()))
                 .collect::<RedisResult<Vec<_>>>()?;
-            let mut builder = ClusterClientBuilder::new(seeds)
-                .connection_timeout(config.connect_timeout)
-                .response_timeout(config.timeout)
-                .retries(2);
-            if let Some(tls) = &config.tls {
-                builder = builder
-                    .certs(tls.certificates()?)
-                    .danger_accept_invalid_hostnames(tls.skip_hostname_verification);
-            }
-            if let Some(auth) = config.auth.as_deref().filter(|a| !a.is_empty()) {
-                builder = match auth.split_once(':') {
-                    Some((user, password)) => builder.username(user).password(password),
-                    None => builder.password(auth),
-                };
-            }
-            let client = builder.build()?;
+            let client = cluster_client(config, seeds.clone(), config.timeout)?;
             let conn = client.get_async_connection().await?;
+            let tables = cluster_client(config, seeds, TABLES_TIMEOUT)?
+                .get_async_connection()
+                .await?;
             // Every master gets the scripts up front (SCRIPT LOAD goes to
             // all), so the first requests do not pay for it.
             load_scripts(&mut conn.clone()).await?;
@@ -126,9 +125,38 @@ pub(super) async fn open(
                 Arc::clone(signals),
                 config.connect_timeout,
             );
-            Ok(Connection::Cluster(Cluster { conn, lanes }))
+            Ok(Connection::Cluster(Cluster {
+                conn,
+                lanes,
+                tables,
+            }))
         }
     }
+}
+
+/// A Cluster client from `seeds` with the configuration's TLS and auth,
+/// its answers waited for `timeout`.
+fn cluster_client(
+    config: &RedisConfig,
+    seeds: Vec<ConnectionInfo>,
+    timeout: std::time::Duration,
+) -> Result<redis::cluster::ClusterClient, StoreError> {
+    let mut builder = ClusterClientBuilder::new(seeds)
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(timeout)
+        .retries(2);
+    if let Some(tls) = &config.tls {
+        builder = builder
+            .certs(tls.certificates()?)
+            .danger_accept_invalid_hostnames(tls.skip_hostname_verification);
+    }
+    if let Some(auth) = config.auth.as_deref().filter(|a| !a.is_empty()) {
+        builder = match auth.split_once(':') {
+            Some((user, password)) => builder.username(user).password(password),
+            None => builder.password(auth),
+        };
+    }
+    Ok(builder.build()?)
 }
 
 /// A client for one server, with the configuration's TLS.
@@ -203,10 +231,15 @@ pub(super) async fn connect_pool(
         ));
     }
     let conns = lanes;
+    let tables = ConnectionManager::new_lazy_with_config(
+        client,
+        manager_config.set_response_timeout(Some(TABLES_TIMEOUT)),
+    )?;
     Ok(Pool {
         addr,
         conns,
         next: AtomicUsize::new(0),
+        tables,
     })
 }
 

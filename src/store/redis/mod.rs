@@ -28,8 +28,10 @@ mod rlqs;
 mod scripts;
 mod sentinel;
 mod slots;
+mod tables;
 
 pub use config::{RedisConfig, RedisMode, RedisTls};
+pub(crate) use tables::{TableLogLine, TableWrite, TableWritten};
 
 use super::{Batch, Fetch, GivenBack, Outcome, Settled, Store, StoreError, Unused};
 use crate::clock::UnixMillis;
