@@ -24,7 +24,11 @@
 #   the embedded store writing its snapshot every second
 #   (MEMORY_STORE_SNAPSHOT_PATH). FILL=1 first brings every embedded store
 #   to its byte budget (128 MiB) with hour-long counters of wide keys, so
-#   snapshots carry a full store. Stores `redis_lease` and `cluster_lease`
+#   snapshots carry a full store. Store `memory_table` is the embedded
+#   store with the hot keys' limits read from a limit table of
+#   TABLE_ENTRIES (100,000) entries (the `tabled` rule, `table:
+#   bench_clients`, the same numbers as `client`): against `memory`, the
+#   cost of a table. Stores `redis_lease` and `cluster_lease`
 #   (in STORES) are floodgate on Redis / the Cluster with the hot
 #   descriptor's rule leased (`lease: true`, the `leased` key); every Redis
 #   server's row also shows its script calls per 100 requests (from its own
@@ -32,7 +36,7 @@
 #
 # Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
 # PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
-# CLUSTER (0), STORES, BASELINE, SNAPSHOT (0), FILL (0), OUT (a new temporary
+# CLUSTER (0), STORES, BASELINE, SNAPSHOT (0), FILL (0), TABLE_ENTRIES, OUT (a new temporary
 # directory). Needs taskset,
 # h2load, redis-server, curl, python3 and 2 cores.
 set -euo pipefail
@@ -101,8 +105,10 @@ h2() {
         return
     fi
     local port=$1 label=$2 seconds=$3 pids=() body=body
-    # A leased server's hot keys are on the leased rule.
+    # A leased server's hot keys are on the leased rule, a tabled one's on
+    # the rule reading a limit table.
     [[ $label == *lease* ]] && body=body-lease
+    [[ $label == *table* ]] && body=body-table
     for i in $(seq 0 $((PROCS - 1))); do
         taskset -c "$LOAD_CPU" h2load -D "$seconds" -c "$CONNS" -m "$STREAMS" -t 1 \
             -H 'content-type: application/grpc' -H 'te: trailers' \
@@ -123,6 +129,7 @@ cargo build --release --locked --bin floodgate --example grpc_body --example cei
 for i in $(seq 0 $((PROCS - 1))); do
     "$BIN/examples/grpc_body" encode bench "client=c$i" >"$OUT/body-$i.bin"
     "$BIN/examples/grpc_body" encode bench "leased=c$i" >"$OUT/body-lease-$i.bin"
+    "$BIN/examples/grpc_body" encode bench "tabled=c$i" >"$OUT/body-table-$i.bin"
 done
 
 start() { # start COMMAND…: pinned to SERVER_CPU; sets PID
@@ -168,6 +175,19 @@ done
 if [[ " $STORES " == *" redis_lease "* ]]; then
     serve redis_lease "$BIN/floodgate" redis "127.0.0.1:$rport"
     [[ -z $BASELINE ]] || serve redis_lease_base "$BASELINE" redis "127.0.0.1:$rport"
+fi
+if [[ " $STORES " == *" memory_table "* ]]; then
+    # The hot keys' limits from a limit table of TABLE_ENTRIES entries (the
+    # same numbers as the rule's), read from a TABLES_PATH log written here.
+    python3 - "$PROCS" "${TABLE_ENTRIES:-100000}" >"$OUT/tables.log" <<'PY'
+import json, sys
+procs, n = int(sys.argv[1]), int(sys.argv[2])
+items = [{"key": "c%d" % i, "entry": {"requests_per_unit": 1000000000}} for i in range(procs)]
+items += [{"key": "tenant-%d" % i, "entry": {"requests_per_unit": 100 + i % 1000}} for i in range(n)]
+print(json.dumps({"time": "2026-01-01T00:00:00Z", "who": "bench", "action": "import",
+                  "table": "bench_clients", "version": 1, "items": items}))
+PY
+    serve memory_table "$BIN/floodgate" memory "127.0.0.1:$rport" TABLES_PATH="$OUT/tables.log"
 fi
 if [[ $SNAPSHOT == 1 ]]; then
     serve memory_snap "$BIN/floodgate" memory "127.0.0.1:$rport" \

@@ -23,6 +23,10 @@ pub(super) struct Line {
     pub(super) version: u64,
     /// The keys changed: an entry put, or `None` for a key deleted.
     pub(super) items: Vec<Item>,
+    /// A compacted table's entries as they stood: laid in, not a change
+    /// (the audit trail skips it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) base: bool,
 }
 
 /// One key of a change.
@@ -87,6 +91,35 @@ impl TableLog {
             path: path.to_path_buf(),
         };
         Ok((log, lines))
+    }
+
+    /// Replaces the log at `path` with `lines`, whole or not at all: written
+    /// beside it, synced, renamed over it, the directory synced.
+    ///
+    /// # Errors
+    /// [`TableError::Write`]; the old log is then left as it was.
+    pub(super) fn rewrite(path: &Path, lines: &[Line]) -> Result<Self, TableError> {
+        let failed = |source| TableError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut name = path.as_os_str().to_owned();
+        name.push(".compacting");
+        let temp = PathBuf::from(name);
+        let mut file = File::create(&temp).map_err(failed)?;
+        for line in lines {
+            let mut text = serde_json::to_string(line).map_err(|err| failed(err.into()))?;
+            text.push('\n');
+            file.write_all(text.as_bytes()).map_err(failed)?;
+        }
+        file.sync_all().map_err(failed)?;
+        std::fs::rename(&temp, path).map_err(failed)?;
+        sync_dir(path).map_err(failed)?;
+        let file = OpenOptions::new().append(true).open(path).map_err(failed)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Appends `line` and waits until it is on disk.

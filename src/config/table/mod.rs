@@ -15,6 +15,7 @@
 
 mod entry;
 mod log;
+mod replay;
 mod shared;
 
 pub(crate) use entry::Resolved;
@@ -29,7 +30,7 @@ use log::{Item, Line, TableLog};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
 /// Longest key of an entry, in bytes (a descriptor value).
@@ -313,64 +314,6 @@ impl Tables {
         }
     }
 
-    /// The tables kept in the log at `path` (created when missing), read
-    /// back; entries are resolved for the rules at the first
-    /// [`Tables::refresh`].
-    ///
-    /// # Errors
-    /// [`TableError::Log`] or [`TableError::Line`].
-    pub fn open(path: &Path) -> Result<Self, TableError> {
-        let (log, lines) = TableLog::open(path)?;
-        let mut tables: BTreeMap<Arc<str>, Table> = BTreeMap::new();
-        let mut audit = VecDeque::new();
-        let mut seq = 0_u64;
-        for line in lines {
-            let table = tables.entry(Arc::from(line.table.as_str())).or_default();
-            table.version = line.version;
-            for item in line.items {
-                let key: Arc<str> = Arc::from(item.key.as_str());
-                let previous = match &item.entry {
-                    Some(entry) => table.entries.insert(
-                        key,
-                        Arc::new(Stored {
-                            entry: entry.clone(),
-                            resolved: Vec::new(),
-                        }),
-                    ),
-                    None => table.entries.remove(&key),
-                };
-                seq = seq.saturating_add(1);
-                keep(
-                    &mut audit,
-                    Change {
-                        time: line.time.clone(),
-                        who: line.who.clone(),
-                        action: line.action,
-                        table: line.table.clone(),
-                        key: item.key,
-                        previous: previous.map(|p| p.entry.clone()),
-                        entry: item.entry,
-                        version: line.version,
-                        seq,
-                    },
-                );
-            }
-        }
-        let set = TableSet {
-            tables: tables.into_iter().map(|(k, t)| (k, Arc::new(t))).collect(),
-            rules: Weak::new(),
-        };
-        Ok(Self {
-            current: ArcSwap::from_pointee(set),
-            writer: Mutex::new(Writer {
-                log: Ok(log),
-                audit,
-                seq,
-                shared: SharedCursor::default(),
-            }),
-        })
-    }
-
     /// The tables now, for one decision.
     pub(crate) fn load(&self) -> arc_swap::Guard<Arc<TableSet>> {
         self.current.load()
@@ -599,6 +542,7 @@ impl Tables {
                     .into_iter()
                     .map(|(key, entry)| Item { key, entry })
                     .collect(),
+                base: false,
             })?;
         }
         writing

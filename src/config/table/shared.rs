@@ -89,6 +89,7 @@ impl SharedChange {
             table: field("table").to_owned(),
             version,
             items,
+            base: false,
         };
         Ok(Self {
             seq,
