@@ -17,7 +17,7 @@ use serde_json::Value;
 const WINDOW_FIELDS: &str = "requests_per_unit, unit, unit_multiplier, burst, name";
 
 /// The numbers of one window of an entry; an absent field is the rule's.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct Window {
     /// Allowed hits per window (required; 0 blocks every request).
     pub requests_per_unit: u32,
@@ -36,7 +36,7 @@ pub struct Window {
 }
 
 /// One entry of a limit table, as the API takes and shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(untagged)]
 pub enum TableEntry {
     /// `{"unlimited": true}`: never limited, never counted.

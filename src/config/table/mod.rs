@@ -29,7 +29,7 @@ use arc_swap::ArcSwap;
 use log::{Item, Line, TableLog};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
@@ -338,10 +338,15 @@ impl Tables {
             .iter()
             .map(|(name, table)| {
                 let uses = uses_of(rules, name);
+                // Entries shared before stay shared, resolved once.
+                let mut done: HashMap<*const Stored, Arc<Stored>> = HashMap::new();
                 let entries = table
                     .entries
                     .iter()
                     .map(|(key, stored)| {
+                        if let Some(one) = done.get(&Arc::as_ptr(stored)) {
+                            return (Arc::clone(key), Arc::clone(one));
+                        }
                         let resolved = uses
                             .iter()
                             .filter_map(|(_, used)| match stored.entry.resolve(used) {
@@ -352,11 +357,12 @@ impl Tables {
                                 }
                             })
                             .collect();
-                        let stored = Stored {
+                        let one = Arc::new(Stored {
                             entry: stored.entry.clone(),
                             resolved,
-                        };
-                        (Arc::clone(key), Arc::new(stored))
+                        });
+                        done.insert(Arc::as_ptr(stored), Arc::clone(&one));
+                        (Arc::clone(key), one)
                     })
                     .collect();
                 metrics
@@ -470,18 +476,31 @@ impl Tables {
         self.refresh_locked(writing.rules, writing.metrics);
         let uses = uses_of(writing.rules, table);
         let mut stored = Vec::with_capacity(items.len());
+        // Equal entries of one change share one stored value, resolved
+        // once: an import's tenants mostly share a few plans.
+        let mut seen: HashMap<&TableEntry, Arc<Stored>> = HashMap::new();
         for (at, (key, entry)) in items.iter().enumerate() {
-            let resolved = match entry {
-                Some(entry) => Some(resolve(&uses, entry).map_err(|problems| match action {
-                    Action::Import => TableError::ImportLine {
-                        line: at.saturating_add(1),
-                        problems,
-                    },
-                    Action::Put | Action::Delete => TableError::Invalid(problems),
-                })?),
-                None => None,
+            let Some(entry) = entry else {
+                stored.push((key, None, None));
+                continue;
             };
-            stored.push((key, entry, resolved));
+            if let Some(same) = seen.get(entry) {
+                stored.push((key, Some(entry), Some(Arc::clone(same))));
+                continue;
+            }
+            let resolved = resolve(&uses, entry).map_err(|problems| match action {
+                Action::Import => TableError::ImportLine {
+                    line: at.saturating_add(1),
+                    problems,
+                },
+                Action::Put | Action::Delete => TableError::Invalid(problems),
+            })?;
+            let one = Arc::new(Stored {
+                entry: entry.clone(),
+                resolved,
+            });
+            seen.insert(entry, Arc::clone(&one));
+            stored.push((key, Some(entry), Some(one)));
         }
         let current = self.current.load_full();
         let old = current.tables.get(table).map(|t| (**t).clone());
@@ -498,15 +517,9 @@ impl Tables {
         let mut seq = writer.seq;
         for (key, entry, resolved) in stored {
             let key_arc: Arc<str> = Arc::from(key.as_str());
-            let previous = match (entry, resolved) {
-                (Some(entry), Some(resolved)) => new.entries.insert(
-                    key_arc,
-                    Arc::new(Stored {
-                        entry: entry.clone(),
-                        resolved,
-                    }),
-                ),
-                _ => new.entries.remove(&key_arc),
+            let previous = match resolved {
+                Some(one) => new.entries.insert(key_arc, one),
+                None => new.entries.remove(&key_arc),
             };
             seq = seq.saturating_add(1);
             changes.push(Change {
@@ -516,7 +529,7 @@ impl Tables {
                 table: table.to_owned(),
                 key: key.clone(),
                 previous: previous.map(|p| p.entry.clone()),
-                entry: entry.clone(),
+                entry: entry.cloned(),
                 version: new.version,
                 seq,
             });

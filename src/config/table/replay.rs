@@ -6,11 +6,12 @@
 
 use super::log::{Line, TableLog};
 use super::{
-    AUDIT_KEPT, Change, SharedCursor, Stored, Table, TableError, TableSet, Tables, Writer, keep,
+    AUDIT_KEPT, Change, SharedCursor, Stored, Table, TableEntry, TableError, TableSet, Tables,
+    Writer, keep,
 };
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Weak};
 
@@ -98,16 +99,20 @@ fn replay(
 ) {
     let table = tables.entry(Arc::from(line.table.as_str())).or_default();
     table.version = line.version;
+    // Equal entries of one line share one stored value.
+    let mut seen: HashMap<&TableEntry, Arc<Stored>> = HashMap::new();
     for item in &line.items {
         let key: Arc<str> = Arc::from(item.key.as_str());
         let previous = match &item.entry {
-            Some(entry) => table.entries.insert(
-                key,
-                Arc::new(Stored {
-                    entry: entry.clone(),
-                    resolved: Vec::new(),
-                }),
-            ),
+            Some(entry) => {
+                let one = seen.entry(entry).or_insert_with(|| {
+                    Arc::new(Stored {
+                        entry: entry.clone(),
+                        resolved: Vec::new(),
+                    })
+                });
+                table.entries.insert(key, Arc::clone(one))
+            }
             None => table.entries.remove(&key),
         };
         if line.base {

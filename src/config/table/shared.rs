@@ -10,7 +10,7 @@ use super::{
     AUDIT_KEPT, Action, Change, Index, Metrics, Stored, Table, TableEntry, TableError, TableSet,
     Tables, keep, resolve, uses_of,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Bits of an audit cursor below a shared change's `seq`: the item's
@@ -238,16 +238,23 @@ impl Tables {
                 version,
                 entries: BTreeMap::new(),
             };
+            // Equal entries share one stored value, read and resolved once.
+            let mut seen: HashMap<String, Arc<Stored>> = HashMap::new();
             for (key, json) in entries {
-                let Ok(entry) = serde_json::from_str::<TableEntry>(&json) else {
-                    unreadable = unreadable.saturating_add(1);
-                    continue;
+                let one = match seen.get(&json) {
+                    Some(one) => Arc::clone(one),
+                    None => {
+                        let Ok(entry) = serde_json::from_str::<TableEntry>(&json) else {
+                            unreadable = unreadable.saturating_add(1);
+                            continue;
+                        };
+                        let resolved = resolve(&uses, &entry).unwrap_or_default();
+                        let one = Arc::new(Stored { entry, resolved });
+                        seen.insert(json, Arc::clone(&one));
+                        one
+                    }
                 };
-                let resolved = resolve(&uses, &entry).unwrap_or_default();
-                table.entries.insert(
-                    Arc::from(key.as_str()),
-                    Arc::new(Stored { entry, resolved }),
-                );
+                table.entries.insert(Arc::from(key.as_str()), one);
             }
             metrics
                 .table
@@ -292,16 +299,20 @@ fn apply_line(set: &mut TableSet, line: &Line, rules: &Arc<Index>, metrics: &Met
         .map(|t| (**t).clone())
         .unwrap_or_default();
     table.version = line.version;
+    // Equal entries of one change share one stored value, resolved once.
+    let mut seen: HashMap<&TableEntry, Arc<Stored>> = HashMap::new();
     for item in &line.items {
         let key: Arc<str> = Arc::from(item.key.as_str());
         match &item.entry {
             Some(entry) => {
-                let resolved = resolve(&uses, entry).unwrap_or_default();
-                let stored = Stored {
-                    entry: entry.clone(),
-                    resolved,
-                };
-                table.entries.insert(key, Arc::new(stored));
+                let one = seen.entry(entry).or_insert_with(|| {
+                    let resolved = resolve(&uses, entry).unwrap_or_default();
+                    Arc::new(Stored {
+                        entry: entry.clone(),
+                        resolved,
+                    })
+                });
+                table.entries.insert(key, Arc::clone(one));
             }
             None => {
                 table.entries.remove(&key);
