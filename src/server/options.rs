@@ -175,11 +175,11 @@ pub struct Http2Bounds {
     /// (names, values and 32 an entry) (`GRPC_MAX_HEADER_LIST_BYTES`).
     pub max_header_list_bytes: u32,
     /// Request bytes a stream may send before floodgate reads them
-    /// (`GRPC_STREAM_WINDOW_BYTES`); at most [`MAX_WINDOW_BYTES`].
+    /// (`GRPC_STREAM_WINDOW_BYTES`); at most 2^31 - 1.
     pub stream_window_bytes: u32,
     /// Request bytes all streams of a connection may send before
     /// floodgate reads them (`GRPC_CONNECTION_WINDOW_BYTES`); at most
-    /// [`MAX_WINDOW_BYTES`].
+    /// 2^31 - 1.
     pub connection_window_bytes: u32,
 }
 
