@@ -14,6 +14,12 @@
 #   would show if every instruction cost the same: kernel time, cache
 #   misses and waits are not counted). The callgrind files stay in OUT
 #   (`callgrind_annotate --inclusive=yes OUT/<server>.out.1` reads them).
+#   HEADER adds one request header to h2load's calls (hot profile):
+#   HEADER='grpc-timeout: 1n' sends every request with a deadline already
+#   passed, so floodgate sheds each one (answered by FAILURE_MODE,
+#   uncounted); the `shed` column, read from floodgate's /metrics
+#   (ratelimit_shed_total) after the run, says how many were (warm-up
+#   included: WARM + N when all were).
 #
 #   Servers: ceiling (the no-op, `--no-lifo` as compare.sh's better one),
 #   memory (floodgate, embedded store), redis and redis_lease (floodgate
@@ -24,9 +30,9 @@
 #   on timing.
 #
 # Settings (environment): SERVERS ("ceiling memory"), PROFILE (hot), N
-# (20000), WARM (2000), SECS (10, wide), C (4), M (8), OUT (a new temporary
-# directory). Needs valgrind,
-# h2load, redis-server, python3.
+# (20000), WARM (2000), SECS (10, wide), C (4), M (8), HEADER (none), OUT
+# (a new temporary directory). Needs valgrind, h2load, curl, redis-server,
+# python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -38,6 +44,7 @@ N=${N:-20000}
 WARM=${WARM:-2000}
 C=${C:-4}
 M=${M:-8}
+HEADER=${HEADER:-}
 OUT=${OUT:-$(mktemp -d -t floodgate-instructions.XXXXXX)}
 mkdir -p "$OUT"
 BIN=target/release
@@ -48,8 +55,9 @@ cargo build --release --locked --bin floodgate --example grpc_body --example cei
 "$BIN/examples/grpc_body" encode bench "client=c0" >"$OUT/body.bin"
 "$BIN/examples/grpc_body" encode bench "leased=c0" >"$OUT/body-lease.bin"
 
-# measure NAME BODY COMMAND…: runs COMMAND under callgrind and prints its
-# instructions per request.
+# measure NAME BODY PORT COMMAND…: runs COMMAND under callgrind and prints
+# its instructions per request. METRICS_PORT, when set, is the server's
+# HTTP port: its ratelimit_shed_total is read after the run.
 measure() {
     local name=$1 body=$2 port=$3 vpid total
     shift 3
@@ -77,8 +85,9 @@ measure() {
             exit 1
         fi
     else
-        local load=(h2load -c "$C" -m "$M" -t 1 -H 'content-type: application/grpc' -H 'te: trailers'
-            -d "$body" "http://127.0.0.1:$port$METHOD")
+        local load=(h2load -c "$C" -m "$M" -t 1 -H 'content-type: application/grpc' -H 'te: trailers')
+        if [[ -n $HEADER ]]; then load+=(-H "$HEADER"); fi
+        load+=(-d "$body" "http://127.0.0.1:$port$METHOD")
         "${load[@]}" -n "$WARM" >"$OUT/$name-warm.txt" 2>&1
         callgrind_control -i on "$vpid" >/dev/null
         "${load[@]}" -n "$N" >"$OUT/$name-load.txt" 2>&1
@@ -89,18 +98,25 @@ measure() {
         fi
     fi
     callgrind_control -d "$vpid" >/dev/null
+    local shed=-
+    if [[ -n ${METRICS_PORT:-} ]]; then
+        curl -sf "http://127.0.0.1:$METRICS_PORT/metrics" >"$OUT/$name-metrics.txt"
+        shed=$(awk '/^ratelimit_shed_total/ {s += $2} END {print s + 0}' "$OUT/$name-metrics.txt")
+    fi
     kill -INT "$vpid" 2>/dev/null || true
     wait "$vpid" 2>/dev/null || true
     total=$(callgrind_annotate --auto=no "$OUT/$name.out.1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    echo "$name $((total / requests))" >>"$OUT/results.txt"
+    echo "$name $((total / requests)) $shed" >>"$OUT/results.txt"
 }
 
 : >"$OUT/results.txt"
 for server in $SERVERS; do
     port=$(free_port)
     http=$(free_port)
+    METRICS_PORT=$http
     case $server in
     ceiling)
+        METRICS_PORT=
         measure ceiling "$OUT/body.bin" "$port" "$BIN/examples/ceiling" "127.0.0.1:$port" --no-lifo
         ;;
     memory)
@@ -124,13 +140,13 @@ for server in $SERVERS; do
     esac
 done
 
-echo "==> instructions per request ($PROFILE profile, $C x $M streams); files in $OUT"
+echo "==> instructions per request ($PROFILE profile, $C x $M streams${HEADER:+, header $HEADER}); files in $OUT"
 python3 - "$OUT/results.txt" <<'EOF'
 import sys
 rows = [line.split() for line in open(sys.argv[1]) if line.strip()]
-noop = next((int(n) for name, n in rows if name == "ceiling"), None)
-print("server\tinstructions_per_request\tno-op_share")
-for name, n in rows:
+noop = next((int(n) for name, n, _ in rows if name == "ceiling"), None)
+print("server\tinstructions_per_request\tno-op_share\tshed")
+for name, n, shed in rows:
     share = f"{noop / int(n):.3f}" if noop else "-"
-    print(f"{name}\t{n}\t{share}")
+    print(f"{name}\t{n}\t{share}\t{shed}")
 EOF

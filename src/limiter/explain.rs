@@ -7,6 +7,7 @@
 use super::Limiter;
 use super::answer::{Code, Status};
 use super::error::LimitError;
+use super::options::FailureMode;
 use super::pick::{Overall, pick};
 use super::plan::{Pending, Plan, apply_replaces, is_candidate, operations, store_tags};
 use super::stage::apply_tables;
@@ -26,6 +27,20 @@ pub struct Explanation {
     pub overall_code: Code,
     /// One per request descriptor, in request order.
     pub descriptors: Vec<Explained>,
+    /// How requests are shed now, and how many were.
+    pub shedding: Shedding,
+}
+
+/// How floodgate sheds: a gRPC request whose caller's `grpc-timeout` has
+/// passed when it is served (or is within the margin kept back to answer)
+/// is answered by `FAILURE_MODE` at once, and counts nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shedding {
+    /// What a shed request is answered (`FAILURE_MODE`).
+    pub failure_mode: FailureMode,
+    /// Requests shed since the process started because their caller's
+    /// deadline had passed (`ratelimit_shed_total{reason="deadline"}`).
+    pub deadline_total: u64,
 }
 
 /// How one request entry was matched.
@@ -453,7 +468,16 @@ impl<S: Store> Limiter<S> {
         Ok(Explanation {
             overall_code,
             descriptors,
+            shedding: self.shedding(),
         })
+    }
+
+    /// How requests are shed now, and how many were.
+    pub(crate) fn shedding(&self) -> Shedding {
+        Shedding {
+            failure_mode: self.options.failure_mode,
+            deadline_total: self.metrics.shed(),
+        }
     }
 }
 

@@ -27,7 +27,7 @@ mod tests;
 pub(crate) use answer::Status;
 pub use answer::{Code, HeaderNames, Response};
 pub use error::LimitError;
-pub(crate) use explain::{Explained, Explanation, Step, TableRead, Verdict, WindowState};
+pub(crate) use explain::{Explained, Explanation, Shedding, Step, TableRead, Verdict, WindowState};
 pub(crate) use options::RequestBounds;
 pub use options::{FailureMode, LimiterOptions};
 

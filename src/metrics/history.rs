@@ -2,8 +2,8 @@
 //! page's charts: every `STEP` the cumulative counters are sampled into a
 //! ring of `SLOTS` samples (bounded memory, about 20 KiB), and the page's
 //! points are the differences between neighbours: requests per second, the
-//! share of answers over the limit, the p99 decision latency and store
-//! errors per second.
+//! share of answers over the limit, the p99 decision latency, store errors
+//! and shed answers per second.
 
 use super::Metrics;
 use super::histogram::LATENCY_BUCKETS;
@@ -25,6 +25,7 @@ pub(crate) struct Sample {
     decisions: u64,
     over_limit: u64,
     store_errors: u64,
+    shed: u64,
     latency: [u64; LATENCY_BUCKETS.len()],
     latency_count: u64,
 }
@@ -50,6 +51,10 @@ pub struct Point {
     pub p99_ms: f64,
     /// Store errors per second.
     pub store_errors_per_second: f64,
+    /// Requests shed per second: answered by `FAILURE_MODE` at once,
+    /// uncounted, as their caller's deadline had passed when they were
+    /// served.
+    pub shed_per_second: f64,
 }
 
 /// The live page's view: the last minute, and the points of the last 15
@@ -124,6 +129,7 @@ fn point(from_at: Instant, from: &Sample, to_at: Instant, to: &Sample, now: Inst
         },
         p99_ms: p99_ms(from, to),
         store_errors_per_second: per_second(from.store_errors, to.store_errors),
+        shed_per_second: per_second(from.shed, to.shed),
     }
 }
 
@@ -172,6 +178,7 @@ impl Metrics {
             decisions,
             over_limit,
             store_errors: self.store_errors.load(Relaxed),
+            shed: self.shed.load(Relaxed),
             latency,
             latency_count,
         }
@@ -203,6 +210,7 @@ mod tests {
             decisions,
             over_limit: over,
             store_errors: 0,
+            shed: 0,
             latency,
             latency_count: fast + slow,
         }
@@ -257,5 +265,23 @@ mod tests {
         assert!(view.points.is_empty());
         assert_eq!(view.last_minute.requests_per_second, 0.0);
         assert_eq!(view.last_minute.p99_ms, 0.0);
+        assert_eq!(view.last_minute.shed_per_second, 0.0);
+    }
+
+    #[test]
+    fn shed_answers_per_second_are_the_shed_count_between_samples() {
+        let history = History::default();
+        let t0 = Instant::now();
+        let shed = |requests, shed| Sample {
+            shed,
+            ..sample(requests, 0, 0, 0, 0)
+        };
+        history.record(t0, shed(0, 0));
+        history.record(t0 + STEP, shed(100, 40));
+        let view = history.view(t0 + STEP * 2, shed(100, 40));
+        assert!((view.points[0].shed_per_second - 8.0).abs() < 1e-9);
+        assert_eq!(view.points[1].shed_per_second, 0.0);
+        // 40 shed over the 10 s since the oldest sample.
+        assert!((view.last_minute.shed_per_second - 4.0).abs() < 1e-9);
     }
 }

@@ -33,8 +33,10 @@ pub use access::{AccessOptions, LineProblem, TokensError};
 use arc_swap::ArcSwap;
 use health::Health;
 pub use http::{ExplainError, explain_json};
+pub(crate) use options::MAX_WINDOW_BYTES;
 pub use options::{
-    GrpcAt, GrpcListener, Listeners, ReloadOptions, ServeError, ServeOptions, StatsExport,
+    GrpcAt, GrpcListener, Http2Bounds, Listeners, ReloadOptions, ServeError, ServeOptions,
+    StatsExport,
 };
 use std::pin::Pin;
 use std::sync::Arc;
@@ -157,7 +159,16 @@ pub async fn serve_with_debug(
     // server pays nothing per request for it (a tower concurrency limit
     // would take and release a semaphore permit on every call).
     let max_streams = u32::try_from(options.max_concurrent_per_connection).unwrap_or(u32::MAX);
-    let mut builder = tonic::transport::Server::builder().max_concurrent_streams(Some(max_streams));
+    // What one connection may make floodgate hold: its streams (above),
+    // each stream's header block, and the request bytes it sent unread,
+    // bounded by the windows (docs/deployment.md states the bound). Set
+    // here, not left to hyper's defaults, so an upgrade cannot move them.
+    let http2 = options.http2;
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(max_streams))
+        .http2_max_header_list_size(http2.max_header_list_bytes)
+        .initial_stream_window_size(http2.stream_window_bytes)
+        .initial_connection_window_size(http2.connection_window_bytes);
     if let Some(age) = options.max_connection_age {
         builder = builder.max_connection_age(age);
     }

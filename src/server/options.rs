@@ -132,6 +132,8 @@ pub struct ServeOptions {
     /// Largest request message accepted, gRPC message or `/json` body
     /// (`MAX_REQUEST_BYTES`); larger ones are refused before decoding.
     pub max_request_bytes: usize,
+    /// What HTTP/2 lets one gRPC stream and connection hold.
+    pub http2: Http2Bounds,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: report NOT_SERVING while
     /// the rule index in force has no domain.
     pub healthy_only_with_rules: bool,
@@ -160,6 +162,38 @@ pub struct ServeOptions {
     pub access: super::access::AccessOptions,
 }
 
+/// Largest HTTP/2 flow-control window, 2^31 - 1 bytes (RFC 9113, 6.9.1).
+pub(crate) const MAX_WINDOW_BYTES: u32 = (1 << 31) - 1;
+
+/// What HTTP/2 lets one gRPC stream and one connection make floodgate
+/// hold, besides `GRPC_MAX_CONCURRENT_STREAMS` streams: with the defaults a
+/// connection holds at most 1 MiB of request bytes unread and 16 KiB of
+/// headers a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Bounds {
+    /// Largest header block of a request, bytes as HTTP/2 counts them
+    /// (names, values and 32 an entry) (`GRPC_MAX_HEADER_LIST_BYTES`).
+    pub max_header_list_bytes: u32,
+    /// Request bytes a stream may send before floodgate reads them
+    /// (`GRPC_STREAM_WINDOW_BYTES`); at most 2^31 - 1.
+    pub stream_window_bytes: u32,
+    /// Request bytes all streams of a connection may send before
+    /// floodgate reads them (`GRPC_CONNECTION_WINDOW_BYTES`); at most
+    /// 2^31 - 1.
+    pub connection_window_bytes: u32,
+}
+
+impl Default for Http2Bounds {
+    /// hyper's own defaults, which floodgate had before they were settings.
+    fn default() -> Self {
+        Self {
+            max_header_list_bytes: 16 << 10,
+            stream_window_bytes: 1 << 20,
+            connection_window_bytes: 1 << 20,
+        }
+    }
+}
+
 /// How the reference's stats leave the process.
 #[derive(Debug, Clone, Default)]
 pub struct StatsExport {
@@ -181,6 +215,7 @@ impl Default for ServeOptions {
             max_connection_age_grace: None,
             health_follows_store: false,
             max_request_bytes: 1 << 20,
+            http2: Http2Bounds::default(),
             healthy_only_with_rules: false,
             reload: None,
             tls: None,

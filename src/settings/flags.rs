@@ -78,6 +78,12 @@ pub struct ServeArgs {
     pub(crate) shutdown_grace: Option<Duration>,
     #[arg(long, value_name = "N", help = vars::grpc_max_concurrent_streams.help())]
     pub(crate) grpc_max_concurrent_streams: Option<u32>,
+    #[arg(long, value_name = "BYTES", help = vars::grpc_max_header_list_bytes.help())]
+    pub(crate) grpc_max_header_list_bytes: Option<u32>,
+    #[arg(long, value_name = "BYTES", help = vars::grpc_stream_window_bytes.help())]
+    pub(crate) grpc_stream_window_bytes: Option<u32>,
+    #[arg(long, value_name = "BYTES", help = vars::grpc_connection_window_bytes.help())]
+    pub(crate) grpc_connection_window_bytes: Option<u32>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::grpc_max_connection_age.help())]
     pub(crate) grpc_max_connection_age: Option<Duration>,
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, help = vars::grpc_max_connection_age_grace.help())]

@@ -35,7 +35,7 @@ pub(crate) use stats::{StatsArgs, StatsSettings};
 pub(crate) use xds::XdsArgs;
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
-use crate::server::{ServeOptions, TlsOptions};
+use crate::server::{Http2Bounds, MAX_WINDOW_BYTES, ServeOptions, TlsOptions};
 use crate::store::{RedisConfig, RedisMode, RedisTls};
 use clap::{Args, ValueEnum};
 use std::collections::HashMap;
@@ -301,6 +301,42 @@ impl Settings {
             vars::max_request_bytes.name,
             ServeOptions::default().max_request_bytes,
         )?;
+        let http2 = {
+            let defaults = ServeOptions::default().http2;
+            // HTTP/2 windows are 31-bit; a zero window or header list would
+            // refuse every request.
+            let bytes = |flag, var: &Var, default, max: u32| {
+                let n = number(flag, get(var.name), var.name, default)?;
+                if (1..=max).contains(&n) {
+                    Ok(n)
+                } else {
+                    Err(SettingsError::Invalid {
+                        setting: var.name.to_owned(),
+                        reason: format!("must be from 1 to {max}"),
+                    })
+                }
+            };
+            Http2Bounds {
+                max_header_list_bytes: bytes(
+                    args.grpc_max_header_list_bytes,
+                    &vars::grpc_max_header_list_bytes,
+                    defaults.max_header_list_bytes,
+                    u32::MAX,
+                )?,
+                stream_window_bytes: bytes(
+                    args.grpc_stream_window_bytes,
+                    &vars::grpc_stream_window_bytes,
+                    defaults.stream_window_bytes,
+                    MAX_WINDOW_BYTES,
+                )?,
+                connection_window_bytes: bytes(
+                    args.grpc_connection_window_bytes,
+                    &vars::grpc_connection_window_bytes,
+                    defaults.connection_window_bytes,
+                    MAX_WINDOW_BYTES,
+                )?,
+            }
+        };
         let tls = if flag(args.grpc_server_use_tls, vars::grpc_server_use_tls.name)? {
             let path = |arg: &Option<PathBuf>, var: &str| {
                 arg.clone().or_else(|| get(var).map(PathBuf::from))
@@ -543,6 +579,7 @@ impl Settings {
             serve: ServeOptions {
                 shutdown_grace,
                 max_request_bytes,
+                http2,
                 max_concurrent_per_connection: match number(
                     args.grpc_max_concurrent_streams,
                     get(vars::grpc_max_concurrent_streams.name),

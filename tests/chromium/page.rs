@@ -190,13 +190,14 @@ async fn the_page_shows_the_hot_descriptor_with_no_console_error_and_nothing_ext
         dom.contains("most limited") && dom.contains("serving"),
         "{dom}"
     );
-    // Four charts of the last 15 minutes, drawn from the server's history;
+    // Five charts of the last 15 minutes, drawn from the server's history;
     // the request rate's has data (a peak above zero).
     for field in [
         "requests_per_second",
         "over_limit_share",
         "p99_ms",
         "store_errors_per_second",
+        "shed_per_second",
     ] {
         assert!(
             dom.contains(&format!("data-field=\"{field}\"")),

@@ -2,13 +2,14 @@
 //! before floodgate served it is answered at once by `FAILURE_MODE` and
 //! counts nothing; a burst of 40,000 streams is answered whole (decisions
 //! and sheds), the store counting exactly the decisions, memory within the
-//! stated bound. The client writes its own frames: a gRPC client would
-//! give up itself at a deadline this short.
+//! stated bound; `/explain` and `/history` show what was shed. The client
+//! writes its own frames: a gRPC client would give up itself at a deadline
+//! this short.
 
 use crate::support::floodgate::Floodgate;
 use crate::support::grpc::request;
 use crate::support::h2raw::{Answer, call_with, exchange, exchange_within};
-use crate::support::http::get;
+use crate::support::http::{get, post_json};
 use floodgate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use prost::Message as _;
 use std::time::Duration;
@@ -79,10 +80,15 @@ async fn a_request_past_its_deadline_is_shed_by_the_failure_mode_and_counts_noth
 async fn a_burst_of_40000_streams_is_answered_whole_and_counts_only_decisions() {
     const CONNECTIONS: u32 = 40;
     const STREAMS: u32 = 1_000;
-    /// RSS after the burst: the process at rest is about 20 MiB; each of
-    /// the 40 connections may hold at most its window of request bytes
-    /// (64 KiB) and 1,024 streams' state.
-    const RSS_BOUND_KIB: u64 = 256 * 1024;
+    /// RSS after the burst, from the bounds docs/deployment.md states: the
+    /// process at rest (under 64 MiB; about 47 MiB measured in a debug
+    /// build), each connection's `GRPC_CONNECTION_WINDOW_BYTES` of request
+    /// bytes unread (1 MiB), and per stream its state (h2's entry, the
+    /// call's task and future: 4 KiB allowed) and its header block (here
+    /// under 400 bytes as HTTP/2 counts them, far below
+    /// `GRPC_MAX_HEADER_LIST_BYTES`, so counted in the 4 KiB): 260 MiB.
+    const RSS_BOUND_KIB: u64 =
+        64 * 1024 + CONNECTIONS as u64 * 1024 + (CONNECTIONS * STREAMS) as u64 * 4;
     let server = Floodgate::start(&[]).await;
     let message = request("edge", &[&[("log", "burst")]]).encode_to_vec();
     let mut tasks = Vec::new();
@@ -137,5 +143,48 @@ async fn a_burst_of_40000_streams_is_answered_whole_and_counts_only_decisions() 
     );
     let metrics = get(server.http, "/metrics").await.body;
     assert_eq!(shed_total(&metrics), shed);
+    server.stop().await;
+}
+
+/// After three calls shed for their passed deadline (and one served),
+/// `POST /explain` states the rule and counts the three, and `/history`'s
+/// last minute shows shed answers per second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_and_history_show_the_requests_shed() {
+    let server = Floodgate::start(&[("FAILURE_MODE", "allow".to_owned())]).await;
+    for _ in 0..3 {
+        let shed = ask(&server, "shed", Some("1n")).await;
+        assert_eq!(shed.header("grpc-status"), Some("0"), "{shed:?}");
+    }
+    ask(&server, "served", Some("10S")).await;
+    let explained = post_json(
+        server.http,
+        "/explain",
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"log","value":"shed"}]}]}"#,
+    )
+    .await;
+    assert_eq!(explained.status, 200, "{explained:?}");
+    let explained: serde_json::Value = serde_json::from_str(&explained.body).unwrap();
+    let shedding = &explained["shedding"];
+    assert_eq!(shedding["shedTotal"]["deadline"], 3, "{explained}");
+    assert_eq!(shedding["failureMode"], "allow", "{explained}");
+    assert_eq!(shedding["answer"], "OK", "{explained}");
+    assert!(
+        shedding["rule"]
+            .as_str()
+            .is_some_and(|rule| rule.contains("grpc-timeout")),
+        "{explained}"
+    );
+    // Nothing shed was counted: the log still has room for all but the
+    // one served.
+    assert_eq!(
+        explained["descriptors"][0]["windows"][0]["remaining"], 10_000,
+        "{explained}"
+    );
+    let history = get(server.http, "/history").await;
+    assert_eq!(history.status, 200, "{history:?}");
+    let history: serde_json::Value = serde_json::from_str(&history.body).unwrap();
+    let shed_per_second = history["last_minute"]["shed_per_second"].as_f64();
+    assert!(shed_per_second.is_some_and(|s| s > 0.0), "{history}");
     server.stop().await;
 }

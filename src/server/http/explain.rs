@@ -1,14 +1,15 @@
 //! `POST /explain` and `floodgate explain`: the body of `POST /json` in, why
 //! each descriptor gets its answer out (the matcher's walk, the rule, what
-//! decided, the status it would get now, each limit's state), counting
-//! nothing.
+//! decided, the status it would get now, each limit's state) and how
+//! requests are shed now, counting nothing.
 
 use super::json::{JsonError, JsonRequest, JsonStatus, code_name, duration_text};
 use super::{AppState, bad_request};
 use crate::config::{Algorithm, StepMatch};
 use crate::descriptor::{Request, Unit};
 use crate::limiter::{
-    Explained, Explanation, LimitError, Limiter, Step, TableRead, Verdict, WindowState,
+    Explained, Explanation, FailureMode, LimitError, Limiter, Shedding, Step, TableRead, Verdict,
+    WindowState,
 };
 use crate::store::StoreKind;
 use axum::body::Body;
@@ -23,6 +24,47 @@ use serde::Serialize;
 struct JsonExplanation {
     overall_code: &'static str,
     descriptors: Vec<JsonExplained>,
+    shedding: JsonShedding,
+}
+
+/// The rule `shedding.rule` states.
+const SHEDDING_RULE: &str = "a gRPC request whose grpc-timeout has passed when it is served \
+(less a tenth of it, at most 50 ms, kept back to answer) is answered by FAILURE_MODE at once \
+and counts nothing";
+
+/// How requests are shed now, and how many were.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonShedding {
+    rule: &'static str,
+    failure_mode: &'static str,
+    /// What a shed request is answered: a gRPC status or an overall code.
+    answer: &'static str,
+    /// Shed since the process started, by reason.
+    shed_total: JsonShedTotal,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonShedTotal {
+    deadline: u64,
+}
+
+impl From<Shedding> for JsonShedding {
+    fn from(shedding: Shedding) -> Self {
+        let (failure_mode, answer) = match shedding.failure_mode {
+            FailureMode::Error => ("error", "RESOURCE_EXHAUSTED"),
+            FailureMode::Allow => ("allow", "OK"),
+            FailureMode::Deny => ("deny", "OVER_LIMIT"),
+        };
+        Self {
+            rule: SHEDDING_RULE,
+            failure_mode,
+            answer,
+            shed_total: JsonShedTotal {
+                deadline: shedding.deadline_total,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -172,6 +214,7 @@ impl From<Explanation> for JsonExplanation {
                 .into_iter()
                 .map(JsonExplained::from)
                 .collect(),
+            shedding: JsonShedding::from(explanation.shedding),
         }
     }
 }
@@ -242,5 +285,33 @@ pub(super) async fn explain(State(state): State<AppState>, body: Body) -> HttpRe
             );
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shedding_states_the_rule_the_answer_and_the_count() {
+        let json = |failure_mode| {
+            serde_json::to_value(JsonShedding::from(Shedding {
+                failure_mode,
+                deadline_total: 7,
+            }))
+            .unwrap()
+        };
+        let error = json(FailureMode::Error);
+        assert_eq!(error["failureMode"], "error");
+        assert_eq!(error["answer"], "RESOURCE_EXHAUSTED");
+        assert_eq!(error["shedTotal"]["deadline"], 7);
+        assert!(
+            error["rule"].as_str().is_some_and(
+                |r| r.contains("grpc-timeout has passed") && r.contains("counts nothing")
+            ),
+            "{error}"
+        );
+        assert_eq!(json(FailureMode::Allow)["answer"], "OK");
+        assert_eq!(json(FailureMode::Deny)["answer"], "OVER_LIMIT");
     }
 }

@@ -119,6 +119,48 @@ fn grpc_connection_settings() {
     assert_eq!(s.serve.max_concurrent_per_connection, 1_024);
 }
 
+/// The HTTP/2 bounds of a stream and a connection: hyper's defaults until
+/// set; a zero or a window past 2^31 - 1 is refused, naming the setting.
+#[test]
+fn http2_bounds_default_to_hypers_and_refuse_zero_and_oversized_windows() {
+    let s = resolve(&[], &[]).unwrap();
+    assert_eq!(
+        s.serve.http2,
+        crate::server::Http2Bounds {
+            max_header_list_bytes: 16_384,
+            stream_window_bytes: 1_048_576,
+            connection_window_bytes: 1_048_576,
+        }
+    );
+    let s = resolve(
+        &["--grpc-stream-window-bytes", "65535"],
+        &[
+            (vars::grpc_connection_window_bytes.name, "262144"),
+            (vars::grpc_max_header_list_bytes.name, "8192"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            s.serve.http2.stream_window_bytes,
+            s.serve.http2.connection_window_bytes,
+            s.serve.http2.max_header_list_bytes
+        ),
+        (65_535, 262_144, 8_192)
+    );
+    for (var, value) in [
+        (vars::grpc_stream_window_bytes.name, "0"),
+        (vars::grpc_connection_window_bytes.name, "2147483648"),
+        (vars::grpc_max_header_list_bytes.name, "0"),
+    ] {
+        let err = resolve(&[], &[(var, value)]).unwrap_err().to_string();
+        assert!(
+            err.starts_with(var) && err.contains("must be from 1 to"),
+            "{err}"
+        );
+    }
+}
+
 /// The header settings of the reference's pull requests #1190 and #1168.
 #[test]
 fn all_descriptors_and_request_header_settings() {

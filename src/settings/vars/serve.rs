@@ -218,6 +218,30 @@ pub(crate) const grpc_max_concurrent_streams: Var = Var {
     doc: "Most concurrent requests per gRPC connection (HTTP/2's `SETTINGS_MAX_CONCURRENT_STREAMS`); 0 keeps 1024, for floodgate never serves unbounded streams (the reference's 0 is unlimited)",
 };
 
+/// `grpc_max_header_list_bytes`.
+pub(crate) const grpc_max_header_list_bytes: Var = Var {
+    name: "GRPC_MAX_HEADER_LIST_BYTES",
+    flag: "grpc-max-header-list-bytes",
+    default: "16384",
+    doc: "Largest header block of a gRPC request (HTTP/2's `SETTINGS_MAX_HEADER_LIST_SIZE`: names, values and 32 bytes an entry); a larger one is refused before it reaches floodgate",
+};
+
+/// `grpc_stream_window_bytes`.
+pub(crate) const grpc_stream_window_bytes: Var = Var {
+    name: "GRPC_STREAM_WINDOW_BYTES",
+    flag: "grpc-stream-window-bytes",
+    default: "1048576",
+    doc: "HTTP/2 flow-control window of a gRPC stream: request bytes a caller may send on one stream before floodgate reads them (1 to 2147483647)",
+};
+
+/// `grpc_connection_window_bytes`.
+pub(crate) const grpc_connection_window_bytes: Var = Var {
+    name: "GRPC_CONNECTION_WINDOW_BYTES",
+    flag: "grpc-connection-window-bytes",
+    default: "1048576",
+    doc: "HTTP/2 flow-control window of a gRPC connection, shared by its streams: the most request bytes a connection holds unread (1 to 2147483647)",
+};
+
 /// `grpc_max_connection_age`.
 pub(crate) const grpc_max_connection_age: Var = Var {
     name: "GRPC_MAX_CONNECTION_AGE",
