@@ -18,7 +18,8 @@
 #
 # Settings (environment): SECS (5 per load), CAP_SECS (5), CONNS (4),
 # STREAMS (128), GEN_CONNS (64), DEADLINE_MS (20), LOADS ("0.5 1 2 4"),
-# SERVER_CPU (1), LOAD_CPU (0), OUT (a new temporary directory). Needs
+# SERVER_CPU (1), LOAD_CPU (0), FLOODGATE_ENV (settings for floodgate, e.g.
+# "GRPC_MAX_CONCURRENT_STREAMS=4"), OUT (a new temporary directory). Needs
 # h2load, curl, python3, taskset and 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,7 +78,7 @@ kill -INT "$PID"
 
 port=$(free_port)
 http=$(free_port)
-start "$BIN/floodgate" serve --config-dir bench/config --store memory \
+start env ${FLOODGATE_ENV:-} "$BIN/floodgate" serve --config-dir bench/config --store memory \
     --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" --log-level warn
 wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
 run floodgate "$port"

@@ -7,7 +7,8 @@
 # and for Redis the time until the second instance lists every entry, and
 # Redis's own time in the change script (INFO commandstats). Then the embedded
 # store restarted: the time until it answers health with the table read
-# back from its log.
+# back from its log, and its resident memory per entry then (against a
+# process with no table).
 #
 # Settings (environment): N (1000000), OUT (a new temporary directory).
 # Needs curl, python3, redis-server and redis-cli.
@@ -72,7 +73,9 @@ import() { # import PORT: POSTs the body, prints seconds and checks 200
 
 # Embedded store.
 serve memory BACKEND_TYPE=memory TABLES_PATH="$OUT/tables.log"
+sleep 1
 before=$(rss_kib "$PID")
+empty=$before
 secs=$(import "$PORT_HTTP")
 after=$(rss_kib "$PID")
 [[ $(entries_of "$PORT_HTTP") == "$N" ]] || { echo "embedded: entries missing" >&2; exit 1; }
@@ -82,7 +85,10 @@ kill "$PID"
 wait "$PID" 2>/dev/null || true
 t0=$(now)
 serve memory-restart BACKEND_TYPE=memory TABLES_PATH="$OUT/tables.log"
-echo "tables store=memory restart_to_healthy_s=$(since "$t0") entries=$(entries_of "$PORT_HTTP")"
+healthy=$(since "$t0")
+sleep 2
+per=$(awk -v a="$(rss_kib "$PID")" -v b="$empty" -v n="$N" 'BEGIN { printf "%.0f", (a - b) * 1024 / n }')
+echo "tables store=memory restart_to_healthy_s=$healthy entries=$(entries_of "$PORT_HTTP") rss_bytes_per_entry=$per"
 kill "$PID"
 
 # Redis, two instances.
