@@ -153,7 +153,7 @@ pub(crate) fn shared_items(
 }
 
 impl Tables {
-    /// Tables shared through a store: empty until [`Tables::load_shared`];
+    /// Tables shared through a store: empty until loaded from it;
     /// changes go to the store, never through [`Tables::put`] and its kin.
     pub fn shared() -> Self {
         Self::unkept(super::Unkept::Redis)
