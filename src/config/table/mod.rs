@@ -13,20 +13,23 @@
 //! reference-counted entries (not the entries), so a put costs in the
 //! size of that table.
 
+mod change;
 mod entry;
 mod log;
+mod read;
 mod replay;
 mod shared;
 
+use change::{resolve, uses_of};
 pub(crate) use entry::Resolved;
 pub use entry::{TableEntry, Window};
+pub use read::{AuditPage, KeyedEntry, Page, TableSummary};
 pub(crate) use shared::{SharedChange, SharedCursor, SharedTable, shared_items};
 
 use super::index::{Index, TableUse};
-use super::rule::is_table_name;
 use crate::metrics::Metrics;
 use arc_swap::ArcSwap;
-use log::{Item, Line, TableLog};
+use log::TableLog;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -235,44 +238,6 @@ pub struct Writing<'a> {
     pub dry_run: bool,
 }
 
-/// One table in the list of tables.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TableSummary {
-    /// Its name.
-    pub table: String,
-    /// How many entries it holds.
-    pub entries: usize,
-    /// Changes made to it so far.
-    pub version: u64,
-}
-
-/// One entry of a page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct KeyedEntry {
-    /// The entry's key.
-    pub key: String,
-    /// The entry.
-    pub entry: TableEntry,
-}
-
-/// A page of a table, sorted by key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Page {
-    /// The entries.
-    pub entries: Vec<KeyedEntry>,
-    /// The key to ask `after` for the next page; `None` on the last.
-    pub next: Option<String>,
-}
-
-/// A page of the audit trail, newest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AuditPage {
-    /// The changes.
-    pub changes: Vec<Change>,
-    /// The cursor to ask `after` for older changes; `None` on the last.
-    pub next: Option<u64>,
-}
-
 /// The writer's side: where changes go, and the trail kept in memory.
 #[derive(Debug)]
 struct Writer {
@@ -386,269 +351,6 @@ impl Tables {
             rules: Arc::downgrade(rules),
         }));
     }
-
-    /// Puts `entry` at `key` of `table`.
-    ///
-    /// # Errors
-    /// [`TableError::Invalid`] naming each field at fault, a bad name or
-    /// key, tables kept nowhere, or the log unwritable; nothing changed.
-    pub fn put(
-        &self,
-        writing: &Writing<'_>,
-        table: &str,
-        key: &str,
-        entry: TableEntry,
-    ) -> Result<Change, TableError> {
-        let items = vec![(key.to_owned(), Some(entry))];
-        let (mut changes, _) = self.change(writing, table, Action::Put, items)?;
-        changes.pop().ok_or(TableError::NotFound)
-    }
-
-    /// Deletes the entry at `key` of `table`.
-    ///
-    /// # Errors
-    /// [`TableError::NotFound`], or as [`Tables::put`].
-    pub fn delete(
-        &self,
-        writing: &Writing<'_>,
-        table: &str,
-        key: &str,
-    ) -> Result<Change, TableError> {
-        let items = vec![(key.to_owned(), None)];
-        let (mut changes, _) = self.change(writing, table, Action::Delete, items)?;
-        changes.pop().ok_or(TableError::NotFound)
-    }
-
-    /// Puts every `(key, entry)` of an import into `table`, or none.
-    ///
-    /// # Errors
-    /// [`TableError::ImportLine`] for the first line at fault, or as
-    /// [`Tables::put`].
-    pub fn import(
-        &self,
-        writing: &Writing<'_>,
-        table: &str,
-        items: Vec<(String, TableEntry)>,
-    ) -> Result<Vec<Change>, TableError> {
-        let items = items
-            .into_iter()
-            .map(|(key, entry)| (key, Some(entry)))
-            .collect();
-        self.change(writing, table, Action::Import, items)
-            .map(|(changes, _)| changes)
-    }
-
-    /// One change of `table` (`items`: entries put, `None` for a key
-    /// deleted): checked, written durably, then swapped in. The changes,
-    /// and every table as it is (a dry run: as it would be) after it.
-    ///
-    /// # Errors
-    /// As [`Tables::put`], [`Tables::delete`] and [`Tables::import`].
-    pub(crate) fn change(
-        &self,
-        writing: &Writing<'_>,
-        table: &str,
-        action: Action,
-        items: Vec<(String, Option<TableEntry>)>,
-    ) -> Result<(Vec<Change>, Arc<TableSet>), TableError> {
-        if !is_table_name(table) {
-            return Err(TableError::TableName);
-        }
-        let bad_key = |key: &str| key.is_empty() || key.len() > MAX_KEY_BYTES;
-        if let Some(at) = items.iter().position(|(key, _)| bad_key(key)) {
-            return Err(match action {
-                Action::Import => TableError::ImportLine {
-                    line: at.saturating_add(1),
-                    problems: vec![format!("key: 1 to {MAX_KEY_BYTES} bytes")],
-                },
-                Action::Put | Action::Delete => TableError::Key,
-            });
-        }
-        let mut writer = self.writer.lock();
-        if !writing.dry_run {
-            match writer.log {
-                Err(Unkept::NoPath) => return Err(TableError::NoPath),
-                Err(Unkept::Redis) => return Err(TableError::OnRedis),
-                Err(Unkept::Memcache) => return Err(TableError::OnMemcache),
-                Ok(_) => {}
-            }
-        }
-        self.refresh_locked(writing.rules, writing.metrics);
-        let uses = uses_of(writing.rules, table);
-        let mut stored = Vec::with_capacity(items.len());
-        // Equal entries of one change share one stored value, resolved
-        // once: an import's tenants mostly share a few plans.
-        let mut seen: HashMap<&TableEntry, Arc<Stored>> = HashMap::new();
-        for (at, (key, entry)) in items.iter().enumerate() {
-            let Some(entry) = entry else {
-                stored.push((key, None, None));
-                continue;
-            };
-            if let Some(same) = seen.get(entry) {
-                stored.push((key, Some(entry), Some(Arc::clone(same))));
-                continue;
-            }
-            let resolved = resolve(&uses, entry).map_err(|problems| match action {
-                Action::Import => TableError::ImportLine {
-                    line: at.saturating_add(1),
-                    problems,
-                },
-                Action::Put | Action::Delete => TableError::Invalid(problems),
-            })?;
-            let one = Arc::new(Stored {
-                entry: entry.clone(),
-                resolved,
-            });
-            seen.insert(entry, Arc::clone(&one));
-            stored.push((key, Some(entry), Some(one)));
-        }
-        let current = self.current.load_full();
-        let old = current.tables.get(table).map(|t| (**t).clone());
-        if action == Action::Delete
-            && items
-                .iter()
-                .any(|(key, _)| old.as_ref().is_none_or(|t| !t.entries.contains_key(&**key)))
-        {
-            return Err(TableError::NotFound);
-        }
-        let mut new = old.unwrap_or_default();
-        new.version = new.version.saturating_add(1);
-        let mut changes = Vec::with_capacity(items.len());
-        let mut seq = writer.seq;
-        for (key, entry, resolved) in stored {
-            let key_arc: Arc<str> = Arc::from(key.as_str());
-            let previous = match resolved {
-                Some(one) => new.entries.insert(key_arc, one),
-                None => new.entries.remove(&key_arc),
-            };
-            seq = seq.saturating_add(1);
-            changes.push(Change {
-                time: writing.time.to_owned(),
-                who: writing.who.to_owned(),
-                action,
-                table: table.to_owned(),
-                key: key.clone(),
-                previous: previous.map(|p| p.entry.clone()),
-                entry: entry.cloned(),
-                version: new.version,
-                seq,
-            });
-        }
-        let entries = new.entries.len() as u64;
-        let mut tables = current.tables.clone();
-        tables.insert(Arc::from(table), Arc::new(new));
-        let set = Arc::new(TableSet {
-            tables,
-            rules: current.rules.clone(),
-        });
-        if writing.dry_run {
-            return Ok((changes, set));
-        }
-        if let Ok(log) = &mut writer.log {
-            log.append(&Line {
-                time: writing.time.to_owned(),
-                who: writing.who.to_owned(),
-                action,
-                table: table.to_owned(),
-                version: changes.first().map_or(0, |c| c.version),
-                items: items
-                    .into_iter()
-                    .map(|(key, entry)| Item { key, entry })
-                    .collect(),
-                base: false,
-            })?;
-        }
-        writing
-            .metrics
-            .table
-            .record(table, entries, action.as_str(), changes.len() as u64);
-        self.current.store(Arc::clone(&set));
-        writer.seq = seq;
-        for change in &changes {
-            keep(&mut writer.audit, change.clone());
-        }
-        Ok((changes, set))
-    }
-
-    /// The entry at `key` of `table`, with the table's version.
-    pub fn entry(&self, table: &str, key: &str) -> Option<(TableEntry, u64)> {
-        let set = self.current.load();
-        let table = set.tables.get(table)?;
-        let stored = table.entries.get(key)?;
-        Some((stored.entry.clone(), table.version))
-    }
-
-    /// Every table, by name.
-    pub fn list(&self) -> Vec<TableSummary> {
-        self.current
-            .load()
-            .tables
-            .iter()
-            .map(|(name, table)| TableSummary {
-                table: name.to_string(),
-                entries: table.entries.len(),
-                version: table.version,
-            })
-            .collect()
-    }
-
-    /// Up to `limit` (at most 1,000) entries of `table` with keys
-    /// after `after`, sorted by key; `None` when there is no such table.
-    pub fn page(&self, table: &str, after: Option<&str>, limit: usize) -> Option<Page> {
-        let set = self.current.load();
-        let table = set.tables.get(table)?;
-        let limit = limit.clamp(1, MAX_PAGE);
-        let from = match after {
-            Some(after) => std::ops::Bound::Excluded(after),
-            None => std::ops::Bound::Unbounded,
-        };
-        let mut entries: Vec<KeyedEntry> = table
-            .entries
-            .range::<str, _>((from, std::ops::Bound::Unbounded))
-            .take(limit.saturating_add(1))
-            .map(|(key, stored)| KeyedEntry {
-                key: key.to_string(),
-                entry: stored.entry.clone(),
-            })
-            .collect();
-        let next = if entries.len() > limit {
-            entries.truncate(limit);
-            entries.last().map(|e| e.key.clone())
-        } else {
-            None
-        };
-        Some(Page { entries, next })
-    }
-
-    /// Up to `limit` (at most 1,000) changes, newest first, older
-    /// than the cursor `after`, of `table` and `key` when given.
-    pub fn audit(
-        &self,
-        table: Option<&str>,
-        key: Option<&str>,
-        after: Option<u64>,
-        limit: usize,
-    ) -> AuditPage {
-        let limit = limit.clamp(1, MAX_PAGE);
-        let writer = self.writer.lock();
-        let mut changes: Vec<Change> = writer
-            .audit
-            .iter()
-            .rev()
-            .filter(|c| after.is_none_or(|after| c.seq < after))
-            .filter(|c| table.is_none_or(|t| c.table == t))
-            .filter(|c| key.is_none_or(|k| c.key == k))
-            .take(limit.saturating_add(1))
-            .cloned()
-            .collect();
-        let next = if changes.len() > limit {
-            changes.truncate(limit);
-            changes.last().map(|c| c.seq)
-        } else {
-            None
-        };
-        AuditPage { changes, next }
-    }
 }
 
 /// Appends `change` to the trail, dropping the oldest past [`AUDIT_KEPT`].
@@ -657,45 +359,6 @@ fn keep(audit: &mut VecDeque<Change>, change: Change) {
         audit.pop_front();
     }
     audit.push_back(change);
-}
-
-/// The distinct ways the rules read `table`, each with the first rule's
-/// full key (for messages).
-fn uses_of(rules: &Index, table: &str) -> Vec<(String, Arc<TableUse>)> {
-    let mut uses: Vec<(String, Arc<TableUse>)> = Vec::new();
-    for rule in rules.rules() {
-        if let Some(used) = rule.table.as_ref().filter(|t| &*t.name == table)
-            && !uses.iter().any(|(_, u)| **u == **used)
-        {
-            uses.push((rule.full_key.clone(), Arc::clone(used)));
-        }
-    }
-    uses
-}
-
-/// `entry` for every rule reading its table (checked alone when none
-/// does); problems of one of several rules name that rule.
-fn resolve(
-    uses: &[(String, Arc<TableUse>)],
-    entry: &TableEntry,
-) -> Result<Vec<(Arc<TableUse>, Resolved)>, Vec<String>> {
-    if uses.is_empty() {
-        return entry.check_alone().map(|()| Vec::new());
-    }
-    let mut resolved = Vec::with_capacity(uses.len());
-    let mut problems = Vec::new();
-    for (rule, used) in uses {
-        match entry.resolve(used) {
-            Ok(one) => resolved.push((Arc::clone(used), one)),
-            Err(more) if uses.len() == 1 => problems.extend(more),
-            Err(more) => problems.extend(more.into_iter().map(|p| format!("rule {rule}: {p}"))),
-        }
-    }
-    if problems.is_empty() {
-        Ok(resolved)
-    } else {
-        Err(problems)
-    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@
 mod error;
 mod keys;
 mod rate_limit;
+mod table;
 #[cfg(test)]
 mod tests;
 mod tree;
@@ -31,7 +32,8 @@ mod tree;
 pub use error::ConfigError;
 pub(crate) use error::ConfigIssue;
 use keys::{MapKind, check_keys};
-use rate_limit::{check_rate_limit, check_rate_limits, check_table};
+use rate_limit::{check_rate_limit, check_rate_limits};
+use table::check_table;
 use tree::{BuildDomain, BuildLevel, add_descriptors, freeze};
 
 use super::index::{

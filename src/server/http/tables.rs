@@ -6,6 +6,9 @@
 //! Changes run on a blocking thread: each waits for its `fsync` (and an
 //! import for its whole table) and must hold no async worker meanwhile.
 
+mod import;
+mod preview;
+
 use super::AppState;
 use crate::config::table::{MAX_KEY_BYTES, MAX_PAGE};
 use crate::config::{Action, Change, TableEntry, TableError, Writing};
@@ -17,14 +20,12 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use import::import;
+use preview::{dry_run_of, previewed};
 use serde_json::{Value, json};
 
-/// Most lines in one import.
-pub(crate) const MAX_IMPORT_LINES: usize = 1_000_000;
 /// Largest entry body read.
 const MAX_ENTRY_BODY: usize = 64 * 1024;
-/// Largest import body read: a million lines of up to about 256 bytes.
-const MAX_IMPORT_BODY: usize = 256 * 1024 * 1024;
 
 /// The table API's routes.
 pub(super) fn routes() -> Router<AppState> {
@@ -239,80 +240,6 @@ async fn commit(
     .map_err(|err| refused(&err))
 }
 
-/// Most keys a dry run previews the windows of.
-const MAX_PREVIEW_KEYS: usize = 100;
-
-/// A dry run of `action` on `items`: the changes it would make, and per
-/// rule reading the table and key touched (the first
-/// [`MAX_PREVIEW_KEYS`]) what its windows would show under the new entry.
-async fn dry_run_of(
-    state: &AppState,
-    caller: &Caller,
-    table: String,
-    action: Action,
-    items: Vec<(String, Option<TableEntry>)>,
-) -> Result<(Vec<Change>, Value), Refusal> {
-    let (changes, set) = change(state, caller, true, move |tables, writing| {
-        tables.change(writing, &table, action, items)
-    })
-    .await?;
-    let rules = state.limiter.rules().load_full();
-    let mut preview = Vec::new();
-    for change in changes.iter().take(MAX_PREVIEW_KEYS) {
-        for rule in rules.rules() {
-            let Some(used) = rule.table.as_ref().filter(|t| *t.name == *change.table) else {
-                continue;
-            };
-            // The descriptor the rule's path names for this key: every
-            // other level needs a value of its own.
-            let pairs: Option<Vec<(String, String)>> = rule
-                .path
-                .iter()
-                .map(|step| {
-                    if *step.key == *used.key {
-                        Some((step.key.clone(), change.key.clone()))
-                    } else {
-                        let value = step.value.clone().filter(|v| !v.contains('*'));
-                        value.map(|value| (step.key.clone(), value))
-                    }
-                })
-                .collect();
-            let windows = match pairs {
-                None => json!("the rule's other levels need values a key does not give"),
-                Some(pairs) => {
-                    let request = crate::descriptor::Request {
-                        domain: rule.domain.clone(),
-                        descriptors: vec![crate::descriptor::Descriptor::from_pairs(pairs)],
-                        hits_addend: 0,
-                    };
-                    match state.limiter.explain_under(&request, &set).await {
-                        Ok(explained) => explained
-                            .descriptors
-                            .into_iter()
-                            .flat_map(|d| d.windows)
-                            .map(|w| {
-                                json!({
-                                    "requests_per_unit": w.limit.requests_per_unit,
-                                    "count": w.count,
-                                    "remaining": w.remaining,
-                                    "over_limit": w.over_limit,
-                                })
-                            })
-                            .collect(),
-                        Err(_) => json!("the store could not be read"),
-                    }
-                }
-            };
-            preview.push(json!({
-                "rule": rule.full_key,
-                "key": change.key,
-                "windows": windows,
-            }));
-        }
-    }
-    Ok((changes, Value::Array(preview)))
-}
-
 /// One change as answered: `{"table", "key", "previous", "entry",
 /// "version"}`.
 fn change_json(change: &Change) -> Value {
@@ -323,19 +250,6 @@ fn change_json(change: &Change) -> Value {
         "entry": change.entry,
         "version": change.version,
     })
-}
-
-/// A dry run's answer: the change with `"dry_run": true` and `"preview"`.
-fn previewed(change: Option<&Change>, preview: Value) -> HttpResponse {
-    let Some(change) = change else {
-        return refused(&TableError::NotFound).into_response();
-    };
-    let mut body = change_json(change);
-    if let Some(map) = body.as_object_mut() {
-        map.insert("dry_run".to_owned(), Value::Bool(true));
-        map.insert("preview".to_owned(), preview);
-    }
-    Json(body).into_response()
 }
 
 /// `PUT /v1/tables/{table}/entries/{key}[?dry_run=true]`.
@@ -428,88 +342,6 @@ async fn page(
     .into_response())
 }
 
-/// `POST /v1/tables/{table}/import[?dry_run=true]`: one `{"key",
-/// "entry"}` a line, all or nothing: `{"table", "imported", "version"}`.
-async fn import(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    Path(table): Path<String>,
-    uri: Uri,
-    request: Body,
-) -> Result<HttpResponse, Refusal> {
-    let query = query(&uri);
-    let dry = dry_run(params(&query, &["dry_run"])?("dry_run"))?;
-    let bytes = body(request, MAX_IMPORT_BODY).await?;
-    let items = import_lines(&bytes).map_err(|err| refused(&err))?;
-    let (changes, preview) = if dry {
-        let items = items.into_iter().map(|(k, e)| (k, Some(e))).collect();
-        let (changes, preview) = dry_run_of(&state, &caller, table, Action::Import, items).await?;
-        (changes, Some(preview))
-    } else {
-        let items = items.into_iter().map(|(k, e)| (k, Some(e))).collect();
-        let changes = commit(&state, &caller, table, Action::Import, items).await?;
-        (changes, None)
-    };
-    let mut body = json!({
-        "table": changes.first().map(|c| c.table.clone()),
-        "imported": changes.len(),
-        "version": changes.first().map(|c| c.version),
-    });
-    if let Some(preview) = preview
-        && let Some(map) = body.as_object_mut()
-    {
-        map.insert("dry_run".to_owned(), Value::Bool(true));
-        map.insert("preview".to_owned(), preview);
-    }
-    Ok(Json(body).into_response())
-}
-
-/// The lines of an import, each `{"key": "...", "entry": {...}}` (blank
-/// lines skipped, still counted).
-fn import_lines(bytes: &[u8]) -> Result<Vec<(String, TableEntry)>, TableError> {
-    let bad = |line: usize, problem: String| TableError::ImportLine {
-        line,
-        problems: vec![problem],
-    };
-    let mut items = Vec::new();
-    for (at, text) in bytes.split(|b| *b == b'\n').enumerate() {
-        let line = at.saturating_add(1);
-        if text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        if items.len() >= MAX_IMPORT_LINES {
-            return Err(bad(
-                line,
-                format!("an import holds at most {MAX_IMPORT_LINES} entries"),
-            ));
-        }
-        let value: Value =
-            serde_json::from_slice(text).map_err(|err| bad(line, format!("bad JSON: {err}")))?;
-        let Some(map) = value.as_object() else {
-            return Err(bad(
-                line,
-                "expected {\"key\": ..., \"entry\": ...}".to_owned(),
-            ));
-        };
-        if let Some(field) = map.keys().find(|k| *k != "key" && *k != "entry") {
-            return Err(bad(line, format!("{field}: unknown field (key, entry)")));
-        }
-        let key = match map.get("key").and_then(Value::as_str) {
-            Some(key) if !key.is_empty() && key.len() <= MAX_KEY_BYTES => key.to_owned(),
-            _ => {
-                return Err(bad(
-                    line,
-                    format!("key: a string of 1 to {MAX_KEY_BYTES} bytes"),
-                ));
-            }
-        };
-        let entry = TableEntry::from_json(map.get("entry").unwrap_or(&Value::Null))
-            .map_err(|problems| TableError::ImportLine { line, problems })?;
-        items.push((key, entry));
-    }
-    Ok(items)
-}
-
 /// `GET /v1/audit?table=&key=&after=&limit=`: changes newest first,
 /// `{"changes": [...], "next"}`.
 async fn audit(State(state): State<AppState>, uri: Uri) -> Result<HttpResponse, Refusal> {
@@ -531,37 +363,4 @@ async fn audit(State(state): State<AppState>, uri: Uri) -> Result<HttpResponse, 
         .tables()
         .audit(get("table"), get("key"), after, limit);
     Ok(Json(json!({ "changes": page.changes, "next": page.next })).into_response())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn import_lines_name_the_line_at_fault() {
-        let lines = b"{\"key\": \"a\", \"entry\": {\"requests_per_unit\": 1}}\n\n{\"key\": \"b\", \"entry\": {\"unit\": \"hour\"}}\n";
-        let Err(TableError::ImportLine { line, problems }) = import_lines(lines) else {
-            panic!("refused");
-        };
-        assert_eq!(
-            (line, problems),
-            (
-                3,
-                vec![
-                    "entry.requests_per_unit: missing (0 is allowed and blocks every request)"
-                        .to_owned()
-                ]
-            )
-        );
-        let Err(TableError::ImportLine { line, problems }) =
-            import_lines(b"{\"key\": \"a\", \"value\": 1}")
-        else {
-            panic!("refused");
-        };
-        assert_eq!(
-            (line, problems),
-            (1, vec!["value: unknown field (key, entry)".to_owned()])
-        );
-        assert_eq!(import_lines(b"\n").unwrap(), []);
-    }
 }
