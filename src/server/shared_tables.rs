@@ -81,22 +81,7 @@ pub(crate) async fn commit(
         Ok(TableWritten::Missing) => return Err(TableError::NotFound),
         Err(err) => return Err(unavailable(&err)),
     };
-    let version = version.to_string();
-    let previous = previous
-        .iter()
-        .map(|p| p.as_deref().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let change = SharedChange::parse(seq, String::new(), |name| match name {
-        "table" => table,
-        "action" => action.as_str(),
-        "who" => who,
-        "time" => time,
-        "version" => &version,
-        "items" => &items_json,
-        "previous" => &previous,
-        _ => "",
-    })?;
+    let change = SharedChange::made((seq, version), (who, time), table, action, items, &previous)?;
     if let Err(err) = follow_once(redis, limiter).await {
         // Made in Redis: the follower applies it on its next poll.
         warn!(
@@ -194,7 +179,7 @@ async fn load(redis: &RedisStore, limiter: &Limiter<StoreKind>) -> Result<(), St
             .table_log_before(before.as_deref(), AUDIT_PAGE)
             .await?;
         let changes = parse(&lines);
-        items = items.saturating_add(changes.iter().map(|c| c.changes().len()).sum::<usize>());
+        items = items.saturating_add(changes.iter().map(SharedChange::len).sum::<usize>());
         let last = lines.len() < AUDIT_PAGE || changes.len() < lines.len();
         before = lines.last().map(|l| l.id.clone());
         audit.extend(changes);

@@ -69,19 +69,6 @@ impl SharedChange {
             .map_err(|_| bad("version not a number"))?;
         let items: Vec<Item> =
             serde_json::from_str(field("items")).map_err(|_| bad("items unreadable"))?;
-        let previous = field("previous")
-            .split('\n')
-            .map(|text| {
-                if text.is_empty() {
-                    return Ok(None);
-                }
-                serde_json::from_str(text).map(Some)
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| bad("previous entries unreadable"))?;
-        if previous.len() != items.len() {
-            return Err(bad("previous entries miscounted"));
-        }
         let line = Line {
             time: field("time").to_owned(),
             who: field("who").to_owned(),
@@ -91,12 +78,74 @@ impl SharedChange {
             items,
             base: false,
         };
+        Self::with_previous(seq, id, line, field("previous"))
+    }
+
+    /// The change `who` just made in the store at `time`, at `seq` and the
+    /// table's `version`, replacing `previous` (one entry's JSON or `None`
+    /// per item): built from what was sent, only the previous entries read.
+    ///
+    /// # Errors
+    /// [`TableError::Shared`] when a previous entry cannot be read.
+    pub(crate) fn made(
+        (seq, version): (u64, u64),
+        (who, time): (&str, &str),
+        table: &str,
+        action: Action,
+        items: &[(String, Option<TableEntry>)],
+        previous: &[Option<String>],
+    ) -> Result<Self, TableError> {
+        let line = Line {
+            time: time.to_owned(),
+            who: who.to_owned(),
+            action,
+            table: table.to_owned(),
+            version,
+            items: items
+                .iter()
+                .map(|(key, entry)| Item {
+                    key: key.clone(),
+                    entry: entry.clone(),
+                })
+                .collect(),
+            base: false,
+        };
+        let joined = previous
+            .iter()
+            .map(|p| p.as_deref().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        Self::with_previous(seq, String::new(), line, &joined)
+    }
+
+    /// `line` with its previous entries read from `previous` (entries
+    /// joined by newlines, empty for none), one per item.
+    fn with_previous(seq: u64, id: String, line: Line, previous: &str) -> Result<Self, TableError> {
+        let bad = |what: &str| TableError::Shared(format!("change {seq}: {what}"));
+        let previous = previous
+            .split('\n')
+            .map(|text| {
+                if text.is_empty() {
+                    return Ok(None);
+                }
+                serde_json::from_str(text).map(Some)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| bad("previous entries unreadable"))?;
+        if previous.len() != line.items.len() {
+            return Err(bad("previous entries miscounted"));
+        }
         Ok(Self {
             seq,
             id,
             line,
             previous,
         })
+    }
+
+    /// How many keys it changed.
+    pub(crate) fn len(&self) -> usize {
+        self.line.items.len()
     }
 
     /// The changes it made, one per key, as the API answers them.
@@ -263,10 +312,11 @@ impl Tables {
         }
         let mut writer = self.writer.lock();
         writer.audit.clear();
-        let mut kept = Vec::new();
+        let (mut kept, mut items) = (Vec::new(), 0_usize);
         for change in audit.iter().filter(|c| c.seq <= cursor.seq) {
             kept.push(change);
-            if kept.iter().map(|c| c.line.items.len()).sum::<usize>() >= AUDIT_KEPT {
+            items = items.saturating_add(change.len());
+            if items >= AUDIT_KEPT {
                 break;
             }
         }
@@ -293,11 +343,8 @@ impl Tables {
 fn apply_line(set: &mut TableSet, line: &Line, rules: &Arc<Index>, metrics: &Metrics) {
     let uses = uses_of(rules, &line.table);
     let name: Arc<str> = Arc::from(line.table.as_str());
-    let mut table = set
-        .tables
-        .get(&name)
-        .map(|t| (**t).clone())
-        .unwrap_or_default();
+    // Copied once per batch: the batch's own copy is changed in place.
+    let table = Arc::make_mut(set.tables.entry(name).or_default());
     table.version = line.version;
     // Equal entries of one change share one stored value, resolved once.
     let mut seen: HashMap<&TableEntry, Arc<Stored>> = HashMap::new();
@@ -325,5 +372,4 @@ fn apply_line(set: &mut TableSet, line: &Line, rules: &Arc<Index>, metrics: &Met
         line.action.as_str(),
         line.items.len() as u64,
     );
-    set.tables.insert(name, Arc::new(table));
 }
