@@ -59,12 +59,15 @@ pub use config::xds::{
 };
 pub use config::{
     Action, AuditPage, Change, ConfigError, Index, KeyedEntry, LoadOptions, Lookup, Page,
-    RedactError, Redactor, Source, TableEntry, TableError, TableSummary, Tables, Unkept, Window,
-    Writing, load_dir, load_sources,
+    RedactError, Redactor, Source, StoreInfo, TableEntry, TableError, TableSummary, Tables, Unkept,
+    Window, Writing, load_dir, load_sources,
 };
 pub use descriptor::{Descriptor, Entry, RateLimitOverride, Request, Unit};
 pub use insight::TopRecorder;
-pub use limiter::{Code, FailureMode, HeaderNames, LimitError, Limiter, LimiterOptions, Response};
+pub use limiter::{
+    Code, DEFAULT_STORE, FailureMode, HeaderNames, LimitError, Limiter, LimiterOptions, Response,
+    StoreEntry,
+};
 pub use metrics::{Mapper, MapperError, Metrics, ReloadStats};
 pub use otel::{
     ExportProtocol, MEMCACHE_STORE_SPAN, MEMORY_STORE_SPAN, REDIS_STORE_SPAN, Tracing,
@@ -78,7 +81,10 @@ pub use server::{
     serve, serve_with_debug,
 };
 pub use settings::reference as settings_reference;
-pub use settings::{BackendType, DurationError, Env, ServeArgs, Settings, SettingsError};
+pub use settings::{
+    BackendType, DurationError, Env, LOCAL_STORE, NamedKind, NamedStore, ServeArgs, Settings,
+    SettingsError, open_stores, parse_stores, read_stores_file, store_catalog,
+};
 pub use shutdown::cancel_on_signal;
 pub use store::rlqs::{DemandRegistry, DemandReport, Grant, Member};
 pub use store::{

@@ -154,6 +154,9 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
         merge_domains: settings.merge_domain_config,
         ignore_dotfiles: settings.ignore_dotfiles,
         fixed_windows_only: settings.store == BackendType::Memcache,
+        // The stores rules may name (`store: NAME`), in the places the
+        // limiter counts in.
+        stores: floodgate::store_catalog(&settings.stores, settings.store == BackendType::Memory),
     };
     // With xDS (CONFIG_TYPE=GRPC_XDS_SOTW) rules come from the management
     // server only: no rule directory is read or watched.
@@ -333,6 +336,16 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
                 }));
             }
         };
+        let others = floodgate::open_stores(
+            &settings.stores,
+            settings.store == BackendType::Memory,
+            settings.memory_store_max_bytes,
+        )
+        .await
+        .map_err(StartError::Memcache)?;
+        for (store, named) in others.iter().zip(&settings.stores) {
+            tracing::info!(rl.store = %store.name, kind = named.kind.label(), "store named by rules");
+        }
         let metrics = Metrics::new(settings.near_limit_ratio, settings.metrics_max_series);
         let limiter = Arc::new(
             Limiter::new(
@@ -341,6 +354,7 @@ fn run_serve(args: &ServeArgs, env: &Env) -> ExitCode {
                 Arc::new(SystemClock),
                 settings.limiter.clone(),
             )
+            .with_stores(others)
             .with_metrics(Arc::new(metrics))
             .with_redactor(settings.redactor.clone())
             .with_tables(Arc::new(tables)),

@@ -36,7 +36,7 @@ pub use table::{
     Unkept, Window, Writing,
 };
 pub(crate) use table::{SharedChange, SharedCursor, SharedTable, shared_items};
-pub use validation::{ConfigError, LoadOptions, Source, load_dir, load_sources};
+pub use validation::{ConfigError, LoadOptions, Source, StoreInfo, load_dir, load_sources};
 pub(crate) use watch::DEFAULT_POLL_INTERVAL;
 pub(crate) use watch::Fingerprint;
 pub(crate) use watch::Watcher;

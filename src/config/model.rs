@@ -35,8 +35,8 @@ pub(crate) const DESCRIPTOR_KEYS: &[&str] = &[
 
 /// Keys allowed in a `rate_limit` map. `unit_multiplier`, `algorithm`,
 /// `burst`, `count_rejected`, `shadow_mode`, `calendar`, `time_zone`,
-/// `week_start`, `slot_key`, `release_key`, `lease`, `table` and
-/// `table_key` are floodgate extensions.
+/// `week_start`, `slot_key`, `release_key`, `lease`, `table`,
+/// `table_key`, `store` and `partition_allowance` are floodgate extensions.
 pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "unit",
     "requests_per_unit",
@@ -56,6 +56,8 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &[
     "lease",
     "table",
     "table_key",
+    "store",
+    "partition_allowance",
 ];
 
 /// Keys allowed in one `replaces` entry.
@@ -146,6 +148,13 @@ pub(crate) struct RateLimit {
     /// Extension: the descriptor entry whose value keys the table (default:
     /// the rule's own key).
     pub(crate) table_key: Option<String>,
+    /// Extension: the store (`STORES_FILE`) counting this limit; default
+    /// `default`, the process-wide store.
+    pub(crate) store: Option<String>,
+    /// Extension (leased fixed windows): the share of the limit an
+    /// instance cut off from the limit's store admits per window on its
+    /// own, charged to the store when it is back.
+    pub(crate) partition_allowance: Option<serde_json::Number>,
 }
 
 /// One `replaces` entry.

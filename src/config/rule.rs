@@ -86,6 +86,14 @@ pub struct Limit {
     /// of hits it took from the store ahead of demand (never more than the
     /// limit across instances; see `limiter::lease`).
     pub lease: bool,
+    /// `store: NAME` (extension): the store counting this limit, by its
+    /// place among the process's stores (0: `default`).
+    pub store: u8,
+    /// `partition_allowance` (extension, leased fixed windows): hits an
+    /// instance cut off from the limit's store admits per window on its
+    /// own once its blocks run out (0: none; the store's `failure_mode`
+    /// answers).
+    pub partition_allowance: u64,
 }
 
 /// The descriptor entries of a concurrency limit (`slot_key`,
@@ -208,6 +216,9 @@ pub struct TableUse {
     pub(crate) template: Vec<super::model::RateLimit>,
     /// Written as `rate_limits`: entries are `{"rate_limits": [...]}`.
     pub(crate) several: bool,
+    /// The stores the template names (`store:`), for its entries' limits
+    /// to count where the rule's do.
+    pub(crate) stores: Vec<StoreInfo>,
 }
 
 /// Longest table name: names travel in API paths and metric labels.
@@ -221,4 +232,15 @@ pub(crate) fn is_table_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+/// A store rules may name (`STORES_FILE`, and `local`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// The name rules give (`store: NAME`).
+    pub name: String,
+    /// Its place among the process's stores (0: `default`).
+    pub index: u8,
+    /// It counts fixed windows only (memcached).
+    pub fixed_windows_only: bool,
 }

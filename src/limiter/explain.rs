@@ -114,6 +114,8 @@ impl<S: Store> Limiter<S> {
         let mut reads: Vec<Read> = Vec::new();
         let (mut window_reads, mut window_ops): (Vec<Read>, Vec<Op>) = (Vec::new(), Vec::new());
         let mut held_blocks: Vec<((usize, usize), Option<u64>)> = Vec::new();
+        // The store of each operation, in the batch's order.
+        let (mut op_stores, mut window_stores): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
         let mut batch = Batch::with_capacity(plans.len(), self.options.stop_when_over);
         let tags = store_tags(&self.redactor, &index, domain);
         for (i, (plan, descriptor)) in plans.iter().zip(&request.descriptors).enumerate() {
@@ -132,9 +134,10 @@ impl<S: Store> Limiter<S> {
                 let op_id = id_of(base);
                 // As the decision: a hit the block held admits is answered
                 // from it.
+                let store = limits.get(base).map_or(0, |l| l.store);
                 let leased = self
-                    .leases
-                    .as_ref()
+                    .store_at(store)
+                    .and_then(|s| s.leases)
                     .filter(|_| limits.get(base).is_some_and(|l| l.lease))
                     .and_then(|l| l.peek(&op_id, spec, hits, now))
                     .and_then(|(admitted, _)| admitted);
@@ -151,11 +154,13 @@ impl<S: Store> Limiter<S> {
                         candidate: is_candidate(limits, base),
                         hits,
                         sent: false,
+                        store,
                     });
                     continue;
                 }
                 if cached.is_none() {
                     reads.push(Read::Slot(slots.len()));
+                    op_stores.push(store);
                     batch.ops.push(Op {
                         id: op_id,
                         spec,
@@ -171,12 +176,14 @@ impl<S: Store> Limiter<S> {
                     candidate: is_candidate(limits, base),
                     hits,
                     sent: cached.is_none(),
+                    store,
                 });
             }
             for (at, limit) in limits.iter().enumerate() {
                 // The operation covering this limit: its own, or the
                 // sliding windows' one.
-                let held = self.leases.as_ref().filter(|_| limit.lease).map(|l| {
+                let leases = self.store_at(limit.store).and_then(|s| s.leases);
+                let held = leases.filter(|_| limit.lease).map(|l| {
                     specs
                         .iter()
                         .rev()
@@ -186,6 +193,7 @@ impl<S: Store> Limiter<S> {
                 });
                 held_blocks.push(((i, at), held));
                 window_reads.push(Read::Window { plan: i, limit: at });
+                window_stores.push(limit.store);
                 window_ops.push(Op {
                     id: id_of(at),
                     spec: single_spec(limit),
@@ -200,6 +208,8 @@ impl<S: Store> Limiter<S> {
         reads = window_reads;
         window_ops.append(&mut batch.ops);
         batch.ops = window_ops;
+        window_stores.append(&mut op_stores);
+        let op_stores = window_stores;
         let stop_when_over = self.options.stop_when_over;
         if stop_when_over && slots.iter().any(|s| s.cached && !s.candidate) {
             // As the decision: a descriptor over in the local cache makes
@@ -212,7 +222,7 @@ impl<S: Store> Limiter<S> {
         }
         let mut windows: Vec<Vec<WindowState>> = vec![Vec::new(); plans.len()];
         if !batch.is_empty() {
-            let mut outcomes = self.store.peek(&batch, now).await?;
+            let mut outcomes = self.peek_routed(&batch, &op_stores, now).await?;
             // As the decision: a request over an enforced limit counts
             // nothing, and the others answer as if refused.
             let decided = || reads.iter().zip(&batch.ops).zip(outcomes.iter());
@@ -266,6 +276,7 @@ impl<S: Store> Limiter<S> {
                                     .iter()
                                     .find(|(at, _)| *at == (plan, limit_at))
                                     .and_then(|&(_, held)| held),
+                                store: self.store_name(limit.store).to_owned(),
                             });
                         }
                     }

@@ -30,6 +30,17 @@
 //! holds at most one block and the one being fetched. Unused hits are
 //! given back to the window or bucket they came from when the descriptor
 //! goes quiet and at shutdown.
+//!
+//! Across a WAN (a store whose measured fetch round trip is over
+//! [`FAR_RTT_US`]), the round trip stays off the request path: blocks are
+//! sized by it ([`held::Held::want`]), a fixed window's next block is
+//! fetched before its window begins, and a hit its block cannot take in a
+//! window the store has answered for is refused locally instead of asking
+//! the store (under-admission while the next block travels, never
+//! over-admission). With `partition_allowance` (leased fixed windows),
+//! an instance cut off from the store admits up to its allowance per
+//! window on its own once its blocks run out, and charges those hits to
+//! the window's counter when the store is back.
 
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
@@ -57,6 +68,11 @@ const MAX_LEASES: usize = 65_536;
 /// A GCRA block is given back only while it stays valid this much longer
 /// (the give-back's own round trip); else it is stranded.
 const GCRA_GIVE_BACK_MARGIN_US: u64 = 1_000_000;
+/// A store whose block fetches take longer than this is far (across a
+/// WAN): hits are not sent there on the request path when its state in the
+/// window is known. A Redis nearby answers in well under a millisecond;
+/// 5 ms is past any LAN and under any region-to-region round trip.
+pub(crate) const FAR_RTT_US: u64 = 5_000;
 
 /// The lease state of one leased operation of one descriptor.
 #[derive(Debug)]
@@ -65,6 +81,9 @@ pub(super) struct Lease {
     spec: Spec,
     /// The largest block (`requests_per_unit / 16`).
     cap: u64,
+    /// `partition_allowance`: hits per window admitted on the instance's
+    /// own while the store is unreachable (0: none).
+    allowance: u64,
     /// A background fetch is asked for or under way.
     refilling: AtomicBool,
     /// The token of the last fetch answered (0: none): its fence is no
@@ -83,6 +102,20 @@ pub(super) enum Admit {
     /// (the background fetch is asked for the next), or the table is full
     /// or closed.
     Store,
+    /// Answered here without a block: refused (a far store's window known
+    /// to be spent, or the partition allowance spent), or admitted on the
+    /// partition allowance (charged to the store when it is back).
+    Answered(Outcome),
+}
+
+/// Hits admitted on the partition allowance, to charge to the window of
+/// `at` once the store is back.
+#[derive(Debug, Clone)]
+pub(super) struct Charge {
+    pub(super) id: CounterId,
+    pub(super) spec: Spec,
+    pub(super) hits: u64,
+    pub(super) at: UnixMillis,
 }
 
 /// Callers choose the descriptors: a keyed hash, and a fast one (looked
@@ -113,6 +146,14 @@ pub(super) struct Leases {
     returning: Mutex<Vec<(Unused, std::time::Instant)>>,
     /// Each fetch's token: unique to it among every instance's.
     tokens: (std::hash::RandomState, AtomicU64),
+    /// The store's block fetches' round trip, µs: rises at once with a
+    /// slower fetch, falls slowly.
+    rtt_us: AtomicU64,
+    /// The store did not answer the last fetch, settle or decision.
+    unreachable: AtomicBool,
+    /// Partition-allowance hits of windows ended before they were
+    /// charged (those of a lease's current window wait in its block).
+    charges: Mutex<Vec<Charge>>,
 }
 
 impl Default for Leases {
@@ -128,6 +169,9 @@ impl Default for Leases {
             unsettled: Mutex::default(),
             returning: Mutex::default(),
             tokens: (std::hash::RandomState::new(), AtomicU64::new(0)),
+            rtt_us: AtomicU64::new(0),
+            unreachable: AtomicBool::new(false),
+            charges: Mutex::default(),
         }
     }
 }
@@ -219,6 +263,7 @@ impl Leases {
         id: &CounterId,
         spec: Spec,
         hits: u64,
+        allowance: u64,
         now: UnixMillis,
         metrics: &LeaseMetrics,
     ) -> Admit {
@@ -243,6 +288,7 @@ impl Leases {
                     id: id.clone(),
                     spec,
                     cap: cap_of(&spec),
+                    allowance,
                     refilling: AtomicBool::new(false),
                     answered: AtomicU64::new(0),
                     held: Mutex::default(),
@@ -265,17 +311,26 @@ impl Leases {
     ) -> Admit {
         let mut held = lease.held.lock();
         held.note(hits, now);
+        self.promote_next(lease, &mut held, now, metrics);
         if let Some(unused) = lease.drop_lapsed(&mut held, now, metrics) {
             self.lapsed.lock().push(unused);
         }
-        let want = held.want(lease.cap);
+        let want = held.want(lease.cap, self.rtt_ms());
         if held.left < hits {
-            // The hits go to the store alone; the background fetch takes
-            // the next block (one at a time per lease, so an instance never
-            // holds more than one block and the one being fetched).
+            // The hits go to the store alone (or are answered here); the
+            // background fetch takes the next block (one at a time per
+            // lease, so an instance never holds more than one block and the
+            // one being fetched).
+            let answered = if self.unreachable.load(Ordering::Relaxed) && lease.allowance > 0 {
+                Some(self.on_credit(lease, &mut held, hits, now, metrics))
+            } else if self.far() && held.warm(&lease.spec, now) && !counts_refused(&lease.spec) {
+                Some(held.refused(now))
+            } else {
+                None
+            };
             drop(held);
             self.ask_refill(lease, want);
-            return Admit::Store;
+            return answered.map_or(Admit::Store, Admit::Answered);
         }
         let outcome = held.admitted(held.left, hits, now);
         let taken_at = held.taken_at;
@@ -288,6 +343,133 @@ impl Leases {
             self.ask_refill(lease, want);
         }
         Admit::Local(outcome, taken_at)
+    }
+
+    /// A fixed window's next block, fetched before its window began, is
+    /// the one held once it has (what is left of the last one lapses); one
+    /// whose window passed unused is given back.
+    fn promote_next(
+        &self,
+        lease: &Lease,
+        held: &mut held::Held,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) {
+        let Spec::FixedWindow { window, .. } = lease.spec else {
+            return;
+        };
+        let Some((outcome, at)) = held.next else {
+            return;
+        };
+        let (starts, current) = (window.window_start(at), window.window_start(now));
+        if starts > current {
+            return;
+        }
+        held.next = None;
+        if starts < current {
+            self.lapsed.lock().push(Unused {
+                id: lease.id.clone(),
+                spec: lease.spec,
+                hits: outcome.leased,
+                taken_at: at,
+                tat_us: 0,
+                token: 0,
+            });
+            return;
+        }
+        if let Some(unused) = lease.drop_lapsed(held, now, metrics) {
+            self.lapsed.lock().push(unused);
+        }
+        held.take_block(&lease.spec, &outcome, at);
+        held.fetched_at = Some(now);
+    }
+
+    /// The store unreachable and the block spent: `hits` admitted on the
+    /// partition allowance while it lasts in this window (to be charged to
+    /// the window when the store is back), else refused.
+    fn on_credit(
+        &self,
+        lease: &Lease,
+        held: &mut held::Held,
+        hits: u64,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) -> Outcome {
+        let Spec::FixedWindow { window, .. } = lease.spec else {
+            return held.refused(now);
+        };
+        let start = UnixMillis(window.window_start(now).saturating_mul(1_000));
+        if held.credit_at != start {
+            // A new window: what the last one owes waits to be charged.
+            if held.uncharged > 0 {
+                self.charges.lock().push(Charge {
+                    id: lease.id.clone(),
+                    spec: lease.spec,
+                    hits: std::mem::take(&mut held.uncharged),
+                    at: held.credit_at,
+                });
+            }
+            held.credit_at = start;
+            held.credit_used = 0;
+        }
+        let used = held.credit_used.saturating_add(hits);
+        let reset = std::time::Duration::from_secs(window.reset_secs(now));
+        if used > lease.allowance {
+            return Outcome {
+                reset,
+                ..held.refused(now)
+            };
+        }
+        metrics.record(Fate::Credited, 0, hits);
+        let before = held.credit_used;
+        held.credit_used = used;
+        held.uncharged = held.uncharged.saturating_add(hits);
+        Outcome {
+            over_limit: false,
+            remaining: lease.allowance.saturating_sub(used),
+            reset,
+            counted: true,
+            before,
+            after: used,
+            limit_index: 0,
+            leased: 0,
+            tat_us: 0,
+        }
+    }
+
+    /// The store's measured fetch round trip, ms.
+    pub(super) fn rtt_ms(&self) -> u64 {
+        self.rtt_us.load(Ordering::Relaxed) / 1_000
+    }
+
+    /// The store's measured fetch round trip, µs (for `/metrics`).
+    pub(crate) fn rtt_us(&self) -> u64 {
+        self.rtt_us.load(Ordering::Relaxed)
+    }
+
+    /// Whether the store is far: its fetches take over [`FAR_RTT_US`].
+    pub(super) fn far(&self) -> bool {
+        self.rtt_us.load(Ordering::Relaxed) > FAR_RTT_US
+    }
+
+    /// Records a fetch's round trip: a slower one counts at once (blocks
+    /// must cover it now), a faster one a sixteenth.
+    pub(super) fn observe_rtt(&self, took: std::time::Duration) {
+        let sample = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let _ = self
+            .rtt_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |rtt| {
+                Some(if sample >= rtt {
+                    sample
+                } else {
+                    rtt - (rtt - sample) / 16
+                })
+            });
+    }
+
+    /// Records whether the store answered (a fetch, a settle, a decision).
+    pub(super) fn set_reachable(&self, reachable: bool) {
+        self.unreachable.store(!reachable, Ordering::Relaxed);
     }
 
     /// Asks the background fetch for `lease`'s next block of up to `want`,
@@ -306,25 +488,37 @@ impl Leases {
         taken_at: UnixMillis,
         metrics: &LeaseMetrics,
     ) {
+        let mut held = lease.held.lock();
+        held.fetched_at = Some(taken_at);
+        if outcome.leased == 0 {
+            // Nothing to hold, but what the store said is known: the
+            // window's count and when it resets.
+            held.reset_at = taken_at.saturating_add(outcome.reset);
+            held.count_after = outcome.after;
+            held.limit_index = outcome.limit_index;
+            return;
+        }
+        metrics.record(Fate::Taken, 1, outcome.leased);
+        if let Some(unused) = lease.drop_lapsed(&mut held, taken_at, metrics) {
+            self.lapsed.lock().push(unused);
+        }
+        held.take_block(&lease.spec, outcome, taken_at);
+    }
+
+    /// Keeps `outcome`, a block of the fixed window after the one of
+    /// `now`, fetched ahead at `at`, until that window begins.
+    fn deposit_next(
+        &self,
+        lease: &Lease,
+        outcome: &Outcome,
+        at: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) {
         if outcome.leased == 0 {
             return;
         }
         metrics.record(Fate::Taken, 1, outcome.leased);
-        let mut held = lease.held.lock();
-        if let Some(unused) = lease.drop_lapsed(&mut held, taken_at, metrics) {
-            self.lapsed.lock().push(unused);
-        }
-        held.left = held.left.saturating_add(outcome.leased);
-        held.taken_at = taken_at;
-        held.reset_at = taken_at.saturating_add(outcome.reset);
-        held.limit_index = outcome.limit_index;
-        held.count_after = match lease.spec {
-            // No count: the burst used.
-            Spec::Gcra(g) => g.burst().saturating_sub(outcome.remaining),
-            _ => outcome.after,
-        };
-        held.block = outcome.leased;
-        held.tat_us = outcome.tat_us;
+        lease.held.lock().next = Some((*outcome, at));
     }
 
     /// Puts back `hits` admitted from `id`'s block taken at `taken_at`, for
@@ -379,4 +573,11 @@ impl Leases {
         let admitted = (hits > 0 && held.left >= hits).then(|| held.admitted(held.left, hits, now));
         Some((admitted, held.left))
     }
+}
+
+/// Whether `spec` counts refused hits too (a sliding window with
+/// `count_rejected`): the store must see every hit, so none is refused
+/// locally.
+fn counts_refused(spec: &Spec) -> bool {
+    matches!(spec, Spec::SlidingWindow(sw) if sw.count_rejected())
 }

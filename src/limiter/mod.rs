@@ -21,6 +21,7 @@ mod plan;
 mod quiet_log;
 mod response;
 mod stage;
+mod stores;
 #[cfg(test)]
 mod tests;
 
@@ -30,6 +31,7 @@ pub use error::LimitError;
 pub(crate) use explain::{Explained, Explanation, Shedding, Step, TableRead, Verdict, WindowState};
 pub(crate) use options::RequestBounds;
 pub use options::{FailureMode, LimiterOptions};
+pub use stores::{DEFAULT_STORE, StoreEntry};
 
 use crate::clock::Clock;
 use crate::config::{Redactor, SharedIndex, Tables};
@@ -64,6 +66,9 @@ pub struct Limiter<S> {
     redactor: Arc<Redactor>,
     /// Limit tables, read by rules with `table`.
     tables: Arc<Tables>,
+    /// The stores rules name besides this one (`store: NAME`), at places
+    /// 1, 2, …
+    others: Vec<stores::Named<S>>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -89,6 +94,7 @@ impl<S: Store> Limiter<S> {
             leases,
             redactor: Arc::new(Redactor::random()),
             tables: Arc::new(Tables::default()),
+            others: Vec::new(),
         }
     }
 
@@ -123,6 +129,9 @@ impl<S: Store> Limiter<S> {
     /// Records into `metrics` instead of a private set.
     #[must_use]
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        metrics
+            .stores
+            .name_all(self.others.iter().map(|n| Arc::clone(&n.name)));
         self.metrics = metrics;
         self
     }

@@ -91,6 +91,8 @@ pub(super) struct Pending {
     /// Asked the store: the batch's operations are the slots with this
     /// set, in order (no list of positions allocated per request).
     pub(super) sent: bool,
+    /// The place of the store counting it (0: the limiter's own).
+    pub(super) store: u8,
 }
 
 impl<S: Store> Limiter<S> {
@@ -118,6 +120,10 @@ impl<S: Store> Limiter<S> {
                 calendar: None,
                 slot: None,
                 lease: false,
+                // The request's own limit counts where the reference's
+                // would: the process-wide store.
+                store: 0,
+                partition_allowance: 0,
             }];
             return Plan::Limited {
                 specs: Cow::Owned(specs(&limits)),

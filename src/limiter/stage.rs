@@ -12,9 +12,10 @@ use crate::clock::UnixMillis;
 use crate::config::table::{Resolved, TableSet};
 use crate::config::{Index, TableEntry, TableUse};
 use crate::descriptor::Request;
-use crate::store::{Batch, CounterId, Op, Store};
+use crate::store::{Batch, CounterId, Op, Store, StoreError};
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// One request's operations: a slot per limit of each planned descriptor,
@@ -23,7 +24,11 @@ use std::time::Duration;
 #[derive(Debug)]
 pub(super) struct Work {
     pub(super) slots: Vec<Pending>,
+    /// The operations for the limiter's own store.
     batch: Batch,
+    /// Those for the other stores (`store: NAME`), by place: empty (no
+    /// allocation) unless a rule names one.
+    more: Vec<(u8, Batch)>,
     /// Hits admitted from blocks: put back if the request is refused as a
     /// whole (`stop_when_over`).
     locals: Vec<Local>,
@@ -38,6 +43,8 @@ struct Local {
     spec: Spec,
     /// When the block was taken: names the window its hits were counted in.
     taken_at: UnixMillis,
+    /// The place of the store whose block it was.
+    store: u8,
 }
 
 impl Work {
@@ -47,9 +54,30 @@ impl Work {
     /// (hits 0) for their answers. Candidate limits count as if alone.
     pub(super) fn count_nothing_when_cached(&mut self) {
         if self.stop_when_over && self.slots.iter().any(|s| s.cached && !s.candidate) {
-            for op in self.batch.ops.iter_mut().filter(|op| !op.id.is_candidate()) {
+            let all = std::iter::once(&mut self.batch).chain(self.more.iter_mut().map(|(_, b)| b));
+            for op in all
+                .flat_map(|b| b.ops.iter_mut())
+                .filter(|op| !op.id.is_candidate())
+            {
                 op.hits = 0;
             }
+        }
+    }
+
+    /// The batch of the store at place `at`.
+    fn batch_at(&mut self, at: u8) -> &mut Batch {
+        if at == 0 {
+            return &mut self.batch;
+        }
+        let found = self.more.iter().position(|(place, _)| *place == at);
+        let i = found.unwrap_or_else(|| {
+            self.more
+                .push((at, Batch::with_capacity(1, self.stop_when_over)));
+            self.more.len() - 1
+        });
+        match self.more.get_mut(i) {
+            Some((_, batch)) => batch,
+            None => &mut self.batch,
         }
     }
 }
@@ -154,6 +182,7 @@ impl<S: Store> Limiter<S> {
         let mut work = Work {
             slots: Vec::with_capacity(plans.len()),
             batch: Batch::with_capacity(plans.len(), stop_when_over),
+            more: Vec::new(),
             locals: Vec::new(),
             stop_when_over,
         };
@@ -169,7 +198,10 @@ impl<S: Store> Limiter<S> {
             let last = specs.len().saturating_sub(1);
             for (n, &(spec, base)) in specs.iter().enumerate() {
                 let candidate = is_candidate(limits, base).then(|| id.candidate(base));
-                let leased = hits > 0 && limits.get(base).is_some_and(|l| l.lease);
+                let limit = limits.get(base);
+                // A leased operation's partition allowance (0: none).
+                let leased = (hits > 0 && limit.is_some_and(|l| l.lease))
+                    .then(|| limit.map_or(0, |l| l.partition_allowance));
                 // The last operation of the descriptor takes the identity;
                 // only descriptors with several get copies.
                 let op_id = match candidate {
@@ -185,6 +217,7 @@ impl<S: Store> Limiter<S> {
                     candidate: op_id.is_candidate(),
                     hits,
                     sent: false,
+                    store: limit.map_or(0, |l| l.store),
                 };
                 self.place(
                     &mut work,
@@ -205,10 +238,17 @@ impl<S: Store> Limiter<S> {
 
     /// Answers `slot` from the local over-limit cache or (`leased`) its
     /// lease's block where they can; else `op` joins the store's batch.
-    fn place(&self, work: &mut Work, mut slot: Pending, mut op: Op, leased: bool, now: UnixMillis) {
+    fn place(
+        &self,
+        work: &mut Work,
+        mut slot: Pending,
+        mut op: Op,
+        leased: Option<u64>,
+        now: UnixMillis,
+    ) {
         let (spec, hits) = (op.spec, op.hits);
         // A check-only call (hits 0) reads the store exactly.
-        let leases = self.leases.as_ref().filter(|_| leased);
+        let leases = self.store_at(slot.store).and_then(|s| s.leases).zip(leased);
         let cached = self
             .local_cache
             .as_ref()
@@ -217,10 +257,12 @@ impl<S: Store> Limiter<S> {
         // taken from a block, no fetch of the next one asked.
         let admit = leases
             .filter(|_| cached.is_none())
-            .map(|l| l.admit(&op.id, spec, hits, now, &self.metrics.lease));
+            .map(|(l, allowance)| l.admit(&op.id, spec, hits, allowance, now, &self.metrics.lease));
         if let Some(hit) = cached {
             slot.outcome = Some(hit);
             slot.cached = true;
+        } else if let Some(Admit::Answered(outcome)) = admit {
+            slot.outcome = Some(outcome);
         } else if let Some(Admit::Local(outcome, taken_at)) = admit {
             slot.outcome = Some(outcome);
             if work.stop_when_over && !slot.candidate {
@@ -230,6 +272,7 @@ impl<S: Store> Limiter<S> {
                     id,
                     spec,
                     taken_at,
+                    store: slot.store,
                 });
             }
         } else {
@@ -237,18 +280,21 @@ impl<S: Store> Limiter<S> {
             // A leased operation asks for no block (the background fetch
             // takes them), but its refused hits count nothing.
             op.lease = matches!(admit, Some(Admit::Store)).then_some(0);
-            work.batch.ops.push(op);
+            work.batch_at(slot.store).ops.push(op);
         }
         work.slots.push(slot);
     }
 
     /// Sends the batch (if any) in one round trip, by `deadline`: each
-    /// sent slot gets its outcome, or the failure policy's answer.
+    /// sent slot gets its outcome, or the failure policy's answer. With
+    /// operations on several stores, every store is asked at once; each
+    /// store's part is refused as a whole on its own
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`), and a store that fails
+    /// answers by its own `failure_mode` for its limits alone.
     ///
     /// # Errors
     ///
-    /// [`LimitError::Store`] when the store fails and the policy is
-    /// `error`.
+    /// [`LimitError::Store`] when a store fails and its policy is `error`.
     pub(super) async fn ask_store(
         &self,
         work: &mut Work,
@@ -256,48 +302,127 @@ impl<S: Store> Limiter<S> {
         now: UnixMillis,
         deadline: Option<Duration>,
     ) -> Result<(), LimitError> {
-        if work.batch.is_empty() {
-            return Ok(());
+        if work.more.is_empty() {
+            if work.batch.is_empty() {
+                return Ok(());
+            }
+            let batch = std::mem::take(&mut work.batch);
+            let (ids, result) = self.call(0, batch, now, deadline).await;
+            return self.take_answers(work, plans, 0, &ids, result, now);
         }
+        let mut parts = std::mem::take(&mut work.more);
+        if !work.batch.is_empty() {
+            parts.push((0, std::mem::take(&mut work.batch)));
+        }
+        let calls = parts
+            .into_iter()
+            .map(|(at, batch)| async move { (at, self.call(at, batch, now, deadline).await) });
+        let mut failed = None;
+        for (at, (ids, result)) in futures_util::future::join_all(calls).await {
+            if let Err(err) = self.take_answers(work, plans, at, &ids, result, now) {
+                failed.get_or_insert(err);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One store's round trip: `batch` to the store at place `at`, with
+    /// the identities the local cache needs kept.
+    async fn call(
+        &self,
+        at: u8,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> (
+        Vec<(CounterId, Spec, u64)>,
+        Result<Vec<crate::algorithm::Outcome>, StoreError>,
+    ) {
         // Identities are kept only when the local cache needs them.
         let cached_ids: Vec<(CounterId, Spec, u64)> = match &self.local_cache {
-            Some(_) => work
-                .batch
+            Some(_) => batch
                 .ops
                 .iter()
                 .map(|op| (op.id.clone(), op.spec, op.hits))
                 .collect(),
             None => Vec::new(),
         };
+        let Some(store) = self.store_at(at) else {
+            return (
+                cached_ids,
+                Err(StoreError::Config {
+                    reason: "a rule names a store this instance does not have",
+                }),
+            );
+        };
         // The embedded store answers in process: its calls are counted
         // with no time, sparing two clock reads a request.
-        let started = (!self.store.in_process()).then(std::time::Instant::now);
-        let batch = std::mem::take(&mut work.batch);
+        let started = (!store.store.in_process()).then(std::time::Instant::now);
         // A child span of the call's when it is traced. The store keeps the
         // caller's deadline (Redis: no timer per request).
         let result =
-            crate::otel::store_round_trip(self.store.execute_within(batch, now, deadline)).await;
-        self.metrics
-            .observe_store(started.map_or(Duration::ZERO, |s| s.elapsed()));
+            crate::otel::store_round_trip(store.store.execute_within(batch, now, deadline)).await;
+        let elapsed = started.map_or(Duration::ZERO, |s| s.elapsed());
+        self.metrics.observe_store(elapsed);
+        if let Some(leases) = store.leases {
+            // Partition allowances start once the store stops answering.
+            // (A caller's deadline passing says nothing of the store.)
+            match &result {
+                Ok(_) => leases.set_reachable(true),
+                Err(StoreError::Timeout) => {}
+                Err(err) => leases.set_reachable(!err.is_transient()),
+            }
+        }
+        if let Some(stats) = store.stats {
+            stats.calls.fetch_add(1, Ordering::Relaxed);
+            if !elapsed.is_zero() {
+                let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+                stats.round_trip_us.fetch_add(us, Ordering::Relaxed);
+            }
+            if result.is_err() {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        (cached_ids, result)
+    }
+
+    /// The answers of the store at place `at` into its sent slots, or its
+    /// failure policy's.
+    fn take_answers(
+        &self,
+        work: &mut Work,
+        plans: &[Plan<'_>],
+        at: u8,
+        cached_ids: &[(CounterId, Spec, u64)],
+        result: Result<Vec<crate::algorithm::Outcome>, StoreError>,
+        now: UnixMillis,
+    ) -> Result<(), LimitError> {
         match result {
             Ok(results) => {
-                for (slot, outcome) in work.slots.iter_mut().filter(|s| s.sent).zip(results) {
+                let sent = work.slots.iter_mut().filter(|s| s.sent && s.store == at);
+                for (slot, outcome) in sent.zip(results) {
                     slot.outcome = Some(outcome);
                 }
-                self.cache_over_limit(&work.slots, &cached_ids, now);
+                self.cache_over_limit(&work.slots, at, cached_ids, now);
                 Ok(())
             }
-            Err(err) => self.answer_by_failure_mode(err, work, plans, now),
+            Err(err) => self.answer_by_failure_mode(err, work, plans, at, now),
         }
     }
 
     /// Remembers the counters the store found over their limit, for the
     /// local cache to answer until their window ends.
-    fn cache_over_limit(&self, slots: &[Pending], ids: &[(CounterId, Spec, u64)], now: UnixMillis) {
+    fn cache_over_limit(
+        &self,
+        slots: &[Pending],
+        at: u8,
+        ids: &[(CounterId, Spec, u64)],
+        now: UnixMillis,
+    ) {
         let Some(cache) = &self.local_cache else {
             return;
         };
-        for (slot, (id, spec, hits)) in slots.iter().filter(|s| s.sent).zip(ids) {
+        for (slot, (id, spec, hits)) in slots.iter().filter(|s| s.sent && s.store == at).zip(ids) {
             // Only a counter really over its limit is cached: one that
             // counted the hits, or a read of one already over. A refusal
             // that counted nothing (stop-increment) leaves the counter below
@@ -311,24 +436,28 @@ impl<S: Store> Limiter<S> {
         }
     }
 
-    /// The store failed: logged (rate limited), counted, and answered as
-    /// `FAILURE_MODE` says.
+    /// The store at place `at` failed: logged (rate limited), counted, and
+    /// answered as its failure mode says.
     fn answer_by_failure_mode(
         &self,
-        err: crate::store::StoreError,
+        err: StoreError,
         work: &mut Work,
         plans: &[Plan<'_>],
+        at: u8,
         now: UnixMillis,
     ) -> Result<(), LimitError> {
+        let store = self.store_at(at);
+        let mode = store.map_or(self.options.failure_mode, |s| s.failure_mode);
         if let Some(suppressed) = self.failures.admit(err.kind(), now) {
             tracing::warn!(
                 error = &err as &dyn std::error::Error,
-                rl.failure_mode = ?self.options.failure_mode,
+                rl.store = self.store_name(at),
+                rl.failure_mode = ?mode,
                 suppressed,
                 "store unavailable; answering by failure mode"
             );
         }
-        let over = match self.options.failure_mode {
+        let over = match mode {
             FailureMode::Error => {
                 self.metrics.record_store_error(false);
                 return Err(LimitError::Store(err));
@@ -337,7 +466,10 @@ impl<S: Store> Limiter<S> {
             FailureMode::Deny => true,
         };
         self.metrics.record_store_error(true);
-        for slot in work.slots.iter_mut().filter(|s| s.sent) {
+        if let Some(stats) = store.and_then(|s| s.stats) {
+            stats.failure_mode_answers.fetch_add(1, Ordering::Relaxed);
+        }
+        for slot in work.slots.iter_mut().filter(|s| s.sent && s.store == at) {
             if let Some(Plan::Limited { limits, .. }) = plans.get(slot.plan) {
                 // The slot's base limit, or the last one.
                 if let Some(limit) = limits.get(slot.base).or(limits.last()) {
@@ -351,9 +483,6 @@ impl<S: Store> Limiter<S> {
     /// Refused as a whole (`stop_when_over`): hits admitted from blocks go
     /// back, as the store took its own back.
     pub(super) fn put_back_refused(&self, work: &mut Work) {
-        let Some(leases) = &self.leases else {
-            return;
-        };
         if work.locals.is_empty()
             || !work
                 .slots
@@ -363,7 +492,8 @@ impl<S: Store> Limiter<S> {
             return;
         }
         for local in &work.locals {
-            if let Some(slot) = work.slots.get_mut(local.slot) {
+            let leases = self.store_at(local.store).and_then(|s| s.leases);
+            if let (Some(slot), Some(leases)) = (work.slots.get_mut(local.slot), leases) {
                 leases.restore(&local.id, local.spec, slot.hits, local.taken_at);
                 if let Some(outcome) = &mut slot.outcome {
                     outcome.counted = false;

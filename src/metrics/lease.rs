@@ -15,10 +15,21 @@ pub enum Fate {
     /// Its unused hits left counted in the store until their window ends
     /// (a GCRA block that lapsed, or a give-back the store refused).
     Stranded,
+    /// Hits admitted on an instance's own while the store was unreachable
+    /// (`partition_allowance`; no block).
+    Credited,
+    /// Such hits charged to the store once it was back.
+    Charged,
 }
 
 impl Fate {
-    const ALL: [Self; 3] = [Self::Taken, Self::GivenBack, Self::Stranded];
+    const ALL: [Self; 5] = [
+        Self::Taken,
+        Self::GivenBack,
+        Self::Stranded,
+        Self::Credited,
+        Self::Charged,
+    ];
 
     /// The `outcome` label.
     pub const fn as_str(self) -> &'static str {
@@ -26,6 +37,8 @@ impl Fate {
             Self::Taken => "taken",
             Self::GivenBack => "given_back",
             Self::Stranded => "stranded",
+            Self::Credited => "credited",
+            Self::Charged => "charged",
         }
     }
 }
@@ -33,8 +46,8 @@ impl Fate {
 /// Blocks and their hits, by fate.
 #[derive(Debug, Default)]
 pub struct LeaseMetrics {
-    blocks: [AtomicU64; 3],
-    hits: [AtomicU64; 3],
+    blocks: [AtomicU64; 5],
+    hits: [AtomicU64; 5],
 }
 
 impl LeaseMetrics {
@@ -50,7 +63,7 @@ impl LeaseMetrics {
 
     /// Blocks and hits that met `fate` so far.
     pub fn get(&self, fate: Fate) -> (u64, u64) {
-        let read = |all: &[AtomicU64; 3]| {
+        let read = |all: &[AtomicU64; 5]| {
             all.get(fate as usize)
                 .map_or(0, |c| c.load(Ordering::Relaxed))
         };
@@ -62,7 +75,7 @@ impl LeaseMetrics {
         for (name, help, index) in [
             (
                 "ratelimit_lease_blocks_total",
-                "Leased blocks of hits, by outcome: taken from the store, given back unused, stranded.",
+                "Leased blocks of hits, by outcome: taken from the store, given back unused, stranded; credited and charged: partition_allowance admissions and their charges to the store.",
                 0,
             ),
             (

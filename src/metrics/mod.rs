@@ -176,6 +176,8 @@ pub struct Metrics {
     pub admin: admin::AdminMetrics,
     /// Limit tables' entries and changes.
     pub table: table::TableMetrics,
+    /// Each store's decisions, by name.
+    pub stores: store::StoreStatsSet,
     /// The last 15 minutes, for the live page.
     history: history::History,
 }
@@ -211,6 +213,7 @@ impl Metrics {
             lease: lease::LeaseMetrics::default(),
             admin: admin::AdminMetrics::default(),
             table: table::TableMetrics::default(),
+            stores: store::StoreStatsSet::default(),
             history: history::History::default(),
         }
     }

@@ -155,6 +155,8 @@ fn several_limits_give_the_slowest_rate_and_smallest_burst() {
         calendar: None,
         slot: None,
         lease: false,
+        store: 0,
+        partition_allowance: 0,
     };
     use crate::descriptor::Unit;
     assert_eq!(

@@ -70,6 +70,51 @@ pub(super) fn spawn_background(
             async move { store.maintain(clock, drained).await }.instrument(info_span!("store")),
         );
     }
+    for (_, name, store) in limiter.named_stores() {
+        let (store, clock) = (store.clone(), limiter.clock().clone());
+        let drained = drained.clone();
+        tracker.spawn(
+            async move { store.maintain(clock, drained).await }
+                .instrument(info_span!("store", rl.store = name.to_owned())),
+        );
+    }
+    if limiter.named_stores().next().is_some() {
+        // Each named store's state in the log and gRPC health
+        // (`store/NAME`); the instance's own health follows the
+        // process-wide store alone: a named store that fails affects only
+        // the rules on it.
+        let (limiter, health, shutdown) = (limiter.clone(), health.clone(), shutdown.clone());
+        tracker.spawn(async move {
+            let mut poll = tokio::time::interval(STORE_HEALTH_POLL);
+            poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut was: Vec<Option<bool>> = Vec::new();
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = poll.tick() => {}
+                }
+                for (i, (_, name, store)) in limiter.named_stores().enumerate() {
+                    let up = store.is_ready() && store.answers().await;
+                    if was.len() <= i {
+                        was.push(None);
+                    }
+                    let Some(last) = was.get_mut(i) else { continue };
+                    if *last != Some(up) {
+                        if up {
+                            info!(rl.store = name, "store answers");
+                        } else if last.is_some() {
+                            warn!(
+                                rl.store = name,
+                                "store does not answer; the rules on it answer by its failure_mode"
+                            );
+                        }
+                        *last = Some(up);
+                        health.set_named_store(name, up).await;
+                    }
+                }
+            }
+        });
+    }
     {
         let (limiter, shutdown) = (limiter.clone(), shutdown.clone());
         tracker.spawn(

@@ -86,6 +86,21 @@ impl Health {
         self.publish().await;
     }
 
+    /// Publishes whether the named store `name` answers, as the gRPC
+    /// health service `store/NAME` (the instance's own services follow
+    /// the process-wide store alone).
+    pub(crate) async fn set_named_store(&self, name: &str, up: bool) {
+        let status = if up {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        self.inner
+            .reporter
+            .set_service_status(format!("store/{name}"), status)
+            .await;
+    }
+
     async fn publish(&self) {
         let _guard = self.inner.publish.lock().await;
         let status = if self.is_serving() {

@@ -149,6 +149,7 @@ async fn mapped_metrics(State(state): State<MappedState>) -> impl IntoResponse {
     if let Some(stats) = limiter.store().call_stats() {
         crate::metrics::render_redis_calls(&mut text, stats);
     }
+    render_store_states(&mut text, limiter);
     (
         [(
             header::CONTENT_TYPE,
@@ -156,6 +157,19 @@ async fn mapped_metrics(State(state): State<MappedState>) -> impl IntoResponse {
         )],
         text,
     )
+}
+
+/// `ratelimit_store_*{store}`: each store's decisions and whether it is
+/// connected.
+fn render_store_states(text: &mut String, limiter: &Limiter<StoreKind>) {
+    let up = |name: &str| match name {
+        crate::limiter::DEFAULT_STORE => limiter.store().is_ready(),
+        _ => limiter
+            .named_stores()
+            .find(|(_, n, _)| *n == name)
+            .is_some_and(|(_, _, store)| store.is_ready()),
+    };
+    limiter.metrics().stores.render(text, &up);
 }
 
 /// `GET /metrics`: every metric in the Prometheus text format.
@@ -167,6 +181,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(stats) = state.limiter.store().call_stats() {
         crate::metrics::render_redis_calls(&mut text, stats);
     }
+    render_store_states(&mut text, &state.limiter);
     crate::metrics::process::render_process(&mut text);
     (
         [(

@@ -251,6 +251,8 @@ pub struct StoreArgs {
     pub(crate) tables_path: Option<PathBuf>,
     #[arg(long, value_enum, help = vars::failure_mode.help())]
     pub(crate) on_store_error: Option<OnStoreError>,
+    #[arg(long, value_name = "FILE", help = vars::stores_file.help())]
+    pub(crate) stores_file: Option<PathBuf>,
 }
 
 /// What an RLQS bucket matching no rule gets.

@@ -8,11 +8,13 @@
 mod access;
 mod flags;
 mod memcache;
+mod named;
 mod otlp;
 mod parse;
 mod redis;
 pub mod reference;
 mod stats;
+mod stores;
 #[cfg(test)]
 mod tests;
 pub(crate) mod vars;
@@ -24,6 +26,7 @@ pub(crate) use flags::TracingExporterProtocol;
 pub(crate) use flags::{AccessArgs, RlqsArgs, StoreArgs};
 pub use flags::{BackendType, ServeArgs};
 pub(crate) use flags::{OnStoreError, RedisType, RlqsUnmatched};
+pub use named::{LOCAL_STORE, open_stores, store_catalog};
 pub use parse::DurationError;
 pub(crate) use parse::parse_duration;
 use parse::{
@@ -32,6 +35,7 @@ use parse::{
 pub(crate) use redis::RedisSettings;
 use redis::redis_config;
 pub(crate) use stats::{StatsArgs, StatsSettings};
+pub use stores::{NamedKind, NamedStore, parse_stores, read_stores_file};
 pub(crate) use xds::XdsArgs;
 
 use crate::limiter::{FailureMode, HeaderNames, LimiterOptions, RequestBounds};
@@ -84,6 +88,11 @@ pub struct Settings {
     pub redis: Option<RedisSettings>,
     /// memcached settings, when the store is memcached.
     pub memcache: Option<crate::store::MemcacheConfig>,
+    /// `stores_file`: the file naming the stores rules may name, and
+    /// what it defined at start.
+    pub stores_file: Option<PathBuf>,
+    /// The stores `stores_file` defines, in name order.
+    pub stores: Vec<NamedStore>,
     /// Separate metrics listener (`use_prometheus`).
     pub metrics_addr: Option<SocketAddr>,
     /// Byte budget of the embedded store (`memory_store_max_bytes`).
@@ -448,6 +457,14 @@ impl Settings {
         } else {
             None
         };
+        let stores_file = store_args
+            .stores_file
+            .clone()
+            .or_else(|| get(vars::stores_file.name).map(PathBuf::from));
+        let stores = match &stores_file {
+            Some(path) => read_stores_file(path)?,
+            None => Vec::new(),
+        };
 
         let metrics_addr = if flag(args.use_prometheus, vars::use_prometheus.name)? {
             let text = args
@@ -500,6 +517,8 @@ impl Settings {
             )?,
             redis,
             memcache,
+            stores_file,
+            stores,
             config_dir,
             ignore_dotfiles: flag(args.ignore_dotfiles, vars::runtime_ignoredotfiles.name)?,
             merge_domain_config: flag(args.merge_domain_config, vars::merge_domain_config.name)?,

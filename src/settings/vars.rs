@@ -191,6 +191,7 @@ pub(crate) const ALL: &[Var] = &[
     otel_exporter_otlp_insecure,
     otel_bsp_schedule_delay,
     failure_mode,
+    stores_file,
     near_limit_ratio,
     metrics_max_series,
     use_prometheus,

@@ -169,7 +169,7 @@ impl TableEntry {
                 window.lay_over(base.cloned().unwrap_or_default())
             })
             .collect();
-        match check_limits(&items, rule.several)? {
+        match check_limits(&items, rule.several, &rule.stores)? {
             Policy::Unlimited { .. } => Ok(Resolved::Unlimited),
             Policy::Limited(limits) => Ok(Resolved::Limited {
                 specs: specs(&limits),
@@ -197,7 +197,7 @@ impl TableEntry {
                 algorithm: window.burst.map(|_| "gcra".to_owned()),
                 ..RateLimit::default()
             };
-            if let Err(mut more) = check_limits(&[window.lay_over(base)], false) {
+            if let Err(mut more) = check_limits(&[window.lay_over(base)], false, &[]) {
                 if let Self::Windows { .. } = self {
                     for problem in &mut more {
                         if let Some(rest) = problem.strip_prefix("entry") {
@@ -307,6 +307,7 @@ mod tests {
             key: Arc::from("tenant"),
             template,
             several,
+            stores: Vec::new(),
         }
     }
 

@@ -29,6 +29,7 @@ mod table;
 mod tests;
 mod tree;
 
+pub use super::rule::StoreInfo;
 pub use error::ConfigError;
 pub(crate) use error::ConfigIssue;
 use keys::{MapKind, check_keys};
@@ -60,6 +61,9 @@ pub struct LoadOptions {
     /// The store counts fixed windows only (memcached): a rule with
     /// another algorithm is an error naming it.
     pub fixed_windows_only: bool,
+    /// The stores rules may name (`store:`) besides `default`: each name
+    /// with its place among the process's stores and what it can count.
+    pub stores: Vec<StoreInfo>,
 }
 
 /// A named rule file's contents.
@@ -153,6 +157,7 @@ pub(crate) fn load_models(
 pub(crate) fn check_limits(
     items: &[model::RateLimit],
     several: bool,
+    stores: &[StoreInfo],
 ) -> Result<Policy, Vec<String>> {
     let mut issues = Vec::new();
     let mut check = FileCheck {
@@ -160,6 +165,7 @@ pub(crate) fn check_limits(
         domain: "",
         issues: &mut issues,
         fixed_windows_only: false,
+        stores,
     };
     let place = Place {
         at: "entry".to_owned(),
@@ -227,12 +233,46 @@ struct FileCheck<'a> {
     issues: &'a mut Vec<ConfigIssue>,
     /// [`LoadOptions::fixed_windows_only`].
     fixed_windows_only: bool,
+    /// The stores rules may name besides `default`
+    /// ([`LoadOptions::stores`]).
+    stores: &'a [StoreInfo],
 }
 
 impl FileCheck<'_> {
     fn issue(&mut self, path: &str, message: impl Into<String>) {
         self.issues
             .push(ConfigIssue::new(self.file, None, path, message));
+    }
+
+    /// The store a rule names: its place and whether it counts fixed
+    /// windows only; `None` when no store has that name.
+    fn store(&self, name: Option<&str>) -> Option<(u8, bool)> {
+        match name {
+            None | Some("default") => Some((0, self.fixed_windows_only)),
+            Some(name) => self
+                .stores
+                .iter()
+                .find(|s| s.name == name)
+                .map(|s| (s.index, s.fixed_windows_only)),
+        }
+    }
+
+    /// Whether the store at `index` counts fixed windows only.
+    fn fixed_only_at(&self, index: u8) -> bool {
+        if index == 0 {
+            return self.fixed_windows_only;
+        }
+        self.stores
+            .iter()
+            .find(|s| s.index == index)
+            .is_some_and(|s| s.fixed_windows_only)
+    }
+
+    /// The names rules may give, for an error naming an unknown one.
+    fn store_names(&self) -> String {
+        let mut names = vec!["default"];
+        names.extend(self.stores.iter().map(|s| s.name.as_str()));
+        names.join(", ")
     }
 }
 
@@ -271,6 +311,7 @@ impl<'o> Loader<'o> {
                     domain: "",
                     issues: &mut self.issues,
                     fixed_windows_only: self.options.fixed_windows_only,
+                    stores: &self.options.stores,
                 };
                 check_keys(&mut check, tree, MapKind::Root, &Place::root(), "", true);
                 if self.issues.len() == before {
@@ -294,6 +335,7 @@ impl<'o> Loader<'o> {
             domain,
             issues: &mut self.issues,
             fixed_windows_only: self.options.fixed_windows_only,
+            stores: &self.options.stores,
         };
         if let Some(tree) = tree {
             check_keys(&mut check, tree, MapKind::Root, &Place::root(), "", false);

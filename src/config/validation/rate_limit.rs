@@ -83,7 +83,19 @@ pub(super) fn check_rate_limits(
         );
         ok = false;
     }
-    if ok && check.fixed_windows_only && enforced.len() > 1 {
+    if ok
+        && let Some((_, first)) = enforced.first()
+        && first.algorithm == Algorithm::SlidingWindow
+        && enforced.iter().any(|(_, l)| l.store != first.store)
+    {
+        // One store operation: on one store.
+        check.issue(
+            &here,
+            "all sliding_window rate_limits of a descriptor must agree on store",
+        );
+        ok = false;
+    }
+    if ok && enforced.len() > 1 && enforced.iter().any(|(_, l)| check.fixed_only_at(l.store)) {
         // memcached keys, written as the reference writes them, hold the
         // window's start but not its length: a second and a minute of one
         // descriptor would share a counter at every minute's start.
@@ -191,8 +203,10 @@ pub(super) fn check_rate_limit(
             Some(replaced) => replaces.push(Arc::from(replaced)),
         }
     }
+    let store = check_store(check, rate_limit, &here, unlimited);
+    let fixed_only = store.is_some_and(|(_, fixed_only)| fixed_only);
     if let Some(algorithm) = algorithm {
-        if check.fixed_windows_only && algorithm != Algorithm::FixedWindow && !unlimited {
+        if fixed_only && algorithm != Algorithm::FixedWindow && !unlimited {
             check.issue(
                 &here,
                 format!(
@@ -240,6 +254,7 @@ pub(super) fn check_rate_limit(
             );
         }
     }
+    let allowance = check_allowance(check, rate_limit, &here, algorithm);
     let calendar = check_calendar(check, rate_limit, &here, unit, unit_multiplier, algorithm);
     let slot = check_slot_keys(check, rate_limit, &here, algorithm);
     if unlimited && rate_limit.shadow_mode == Some(true) {
@@ -265,9 +280,71 @@ pub(super) fn check_rate_limit(
             calendar,
             slot,
             lease: rate_limit.lease.unwrap_or(false),
+            store: store.map_or(0, |(index, _)| index),
+            partition_allowance: allowance.map_or(0, |share| {
+                // Whole hits, rounded down: the stated bound is never
+                // exceeded.
+                let limit = f64::from(rate_limit.requests_per_unit.unwrap_or(0));
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let hits = (share * limit).floor() as u64;
+                hits
+            }),
         }])
     };
     Some((policy, replaces))
+}
+
+/// `store: NAME` (extension): a store the process has, as its place and
+/// whether it counts fixed windows only; `None` when unknown (reported).
+fn check_store(
+    check: &mut FileCheck<'_>,
+    rate_limit: &model::RateLimit,
+    here: &str,
+    unlimited: bool,
+) -> Option<(u8, bool)> {
+    let name = rate_limit.store.as_deref();
+    let found = check.store(name);
+    if found.is_none() {
+        let known = check.store_names();
+        check.issue(
+            here,
+            format!(
+                "store '{}' is not defined (stores: {known}; STORES_FILE defines more)",
+                name.unwrap_or_default()
+            ),
+        );
+    } else if unlimited && name.is_some() {
+        check.issue(here, "store is not valid on an unlimited limit");
+    }
+    found
+}
+
+/// `partition_allowance: F` (extension): 0 to 1, on a leased fixed
+/// window (the hits admitted on their own are charged to the window's
+/// counter when the store is back, which only a fixed window's counter
+/// takes as they were admitted). `None` when absent or wrong (reported).
+fn check_allowance(
+    check: &mut FileCheck<'_>,
+    rate_limit: &model::RateLimit,
+    here: &str,
+    algorithm: Option<Algorithm>,
+) -> Option<f64> {
+    let number = rate_limit.partition_allowance.as_ref()?;
+    let share = number.as_f64().filter(|f| (0.0..=1.0).contains(f));
+    if share.is_none() {
+        check.issue(
+            here,
+            format!("partition_allowance must be a number from 0 to 1, not {number}"),
+        );
+    }
+    if rate_limit.lease != Some(true) || algorithm != Some(Algorithm::FixedWindow) {
+        check.issue(
+            here,
+            "partition_allowance is only valid on a leased fixed window (lease: true, algorithm fixed_window)",
+        );
+        return None;
+    }
+    share
 }
 
 /// `calendar`, `time_zone` and `week_start` (extension): a fixed window of

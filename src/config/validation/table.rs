@@ -89,10 +89,21 @@ pub(super) fn check_table(
             ..item.clone()
         })
         .collect();
+    let stores = check
+        .stores
+        .iter()
+        .filter(|s| {
+            items
+                .iter()
+                .any(|item| item.store.as_deref() == Some(&s.name))
+        })
+        .cloned()
+        .collect();
     Some(Arc::new(TableUse {
         name: Arc::from(name),
         key: Arc::from(first.table_key.as_deref().unwrap_or(rule_key)),
         template,
         several,
+        stores,
     }))
 }

@@ -405,3 +405,4 @@ fn other_valid_fixtures_load() {
 }
 
 mod extensions;
+mod stores;

@@ -197,6 +197,10 @@ fn rate_limit(policy: rls_conf::RateLimitPolicy) -> model::RateLimit {
         // rule-file extension.
         table: None,
         table_key: None,
+        // Stores are a rule-file extension too: xDS rules count on the
+        // process-wide store.
+        store: None,
+        partition_allowance: None,
     }
 }
 

@@ -84,6 +84,9 @@ pub struct WindowState {
     /// A leased limit (`lease: true`, on Redis): the unused hits of the
     /// block this instance holds for it (0 when none); `None` otherwise.
     pub lease: Option<u64>,
+    /// The name of the store counting it (`default`, `local`, or one of
+    /// `STORES_FILE`).
+    pub store: String,
 }
 
 /// The limit table a descriptor's rule reads, and what it found there.

@@ -42,6 +42,20 @@ pub(super) struct Held {
     /// Recent hits per second.
     pub(super) rate: u64,
     pub(super) last_used: UnixMillis,
+    /// When the last fetch was answered, a block given or not: within
+    /// that window a store far away is not asked on the request path
+    /// ([`Held::warm`]).
+    pub(super) fetched_at: Option<UnixMillis>,
+    /// A fixed window's next block, fetched before its window began
+    /// (counted there): the block with the instant it was taken at.
+    pub(super) next: Option<(Outcome, UnixMillis)>,
+    /// `partition_allowance`: the window the hits below were admitted in
+    /// (the store unreachable, the blocks spent) ...
+    pub(super) credit_at: UnixMillis,
+    /// ... how many were admitted there on the instance's own, ...
+    pub(super) credit_used: u64,
+    /// ... and how many of them the store has yet to be charged.
+    pub(super) uncharged: u64,
 }
 
 impl Held {
@@ -89,9 +103,67 @@ impl Held {
         }
     }
 
-    /// The block to ask for: about [`SPAN_MS`] of recent traffic.
-    pub(super) fn want(&self, cap: u64) -> u64 {
-        (self.rate.saturating_mul(SPAN_MS) / 1_000).min(cap)
+    /// The block to ask for: about [`SPAN_MS`] of recent traffic plus
+    /// what arrives during two of the store's measured round trips
+    /// (`round_trip_ms`): the next block is asked for while a whole block
+    /// is left, so what is admitted while it travels fits in what is held.
+    pub(super) fn want(&self, cap: u64, round_trip_ms: u64) -> u64 {
+        let span = SPAN_MS.saturating_add(round_trip_ms.saturating_mul(2));
+        (self.rate.saturating_mul(span) / 1_000).min(cap)
+    }
+
+    /// Takes the block `outcome` fetched at `taken_at` as the one held
+    /// (the caller gave back what was left of the previous one, if it
+    /// lapsed): its hits join what is left.
+    pub(super) fn take_block(&mut self, spec: &Spec, outcome: &Outcome, taken_at: UnixMillis) {
+        self.left = self.left.saturating_add(outcome.leased);
+        self.taken_at = taken_at;
+        self.reset_at = taken_at.saturating_add(outcome.reset);
+        self.limit_index = outcome.limit_index;
+        self.count_after = match spec {
+            // No count: the burst used.
+            Spec::Gcra(g) => g.burst().saturating_sub(outcome.remaining),
+            _ => outcome.after,
+        };
+        self.block = outcome.leased;
+        self.tat_us = outcome.tat_us;
+    }
+
+    /// Whether a fetch was answered in the window (or bucket) of `now`: the
+    /// store's state is known there, so a hit the block cannot take is
+    /// refused locally rather than sent across a long round trip. GCRA:
+    /// answered within the last second.
+    pub(super) fn warm(&self, spec: &Spec, now: UnixMillis) -> bool {
+        let Some(at) = self.fetched_at else {
+            return false;
+        };
+        match spec {
+            Spec::FixedWindow { window, .. } => window.window_start(now) == window.window_start(at),
+            Spec::SlidingWindow(sw) => sw
+                .series()
+                .as_slice()
+                .iter()
+                .all(|s| s.current_start(now) == s.current_start(at)),
+            Spec::Gcra(_) => now.0.saturating_sub(at.0) < 1_000 && at <= now,
+            Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
+        }
+    }
+
+    /// The answer for a hit refused locally at `now` (see [`Held::warm`]):
+    /// over the limit, nothing counted, as the store would have answered
+    /// with what it last said.
+    pub(super) fn refused(&self, now: UnixMillis) -> Outcome {
+        Outcome {
+            over_limit: true,
+            remaining: 0,
+            reset: Duration::from_millis(self.reset_at.0.saturating_sub(now.0)),
+            counted: false,
+            before: self.count_after,
+            after: self.count_after,
+            limit_index: self.limit_index,
+            leased: 0,
+            tat_us: 0,
+        }
     }
 
     /// Whether `at` falls in the window (fixed) or every series' bucket

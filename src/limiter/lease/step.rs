@@ -2,13 +2,16 @@
 //! given back when their descriptor goes quiet or the process stops, and
 //! the limiter's handles on it (driven by the server, or by a test).
 
-use super::Leases;
+use super::{Charge, Leases};
+use crate::algorithm::Spec;
 use crate::clock::UnixMillis;
 use crate::limiter::Limiter;
 use crate::metrics::lease::{Fate, LeaseMetrics};
+use crate::store::Batch;
 use crate::store::{Fetch, Op, Store, Unused};
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -24,6 +27,10 @@ const FENCE_TTL: Duration = Duration::from_secs(30);
 /// two, restarting, failing over).
 const RETRIES_AT_SHUTDOWN: usize = 20;
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// A fixed window's next block is fetched at most this long before the
+/// window begins: the Redis key it makes lives a second longer than a
+/// window's (`ttl` of a leased operation), so it outlives its window.
+const AHEAD_MAX_MS: u64 = 900;
 
 impl Leases {
     /// The background work due at `now`: fetches the blocks asked for,
@@ -42,12 +49,13 @@ impl Leases {
         // While the store cannot settle them it cannot fetch either: none
         // is sent (so the unsettled never pile up).
         let reachable = self.settle(store, metrics).await;
+        let rtt_ms = self.rtt_ms();
         let wanted = std::mem::take(&mut *self.refills.lock());
         if !wanted.is_empty() {
             let mut fetches = Vec::with_capacity(wanted.len());
             let mut asked = Vec::with_capacity(wanted.len());
             for lease in wanted {
-                let want = lease.held.lock().want(lease.cap);
+                let want = lease.held.lock().want(lease.cap, rtt_ms);
                 if want == 0 || closed || !reachable {
                     lease.refilling.store(false, Ordering::Release);
                     continue;
@@ -68,8 +76,12 @@ impl Leases {
             if !fetches.is_empty() {
                 // A failed fetch leaves requests to ask the store
                 // themselves, and is settled by the next step.
-                match store.fetch(&fetches).await {
+                let started = Instant::now();
+                let fetched = store.fetch(&fetches).await;
+                self.set_reachable(fetched.is_ok());
+                match fetched {
                     Ok(outcomes) => {
+                        self.observe_rtt(started.elapsed());
                         for ((lease, outcome), fetch) in asked.iter().zip(&outcomes).zip(&fetches) {
                             lease.answered.store(fetch.token, Ordering::Relaxed);
                             self.deposit_block(lease, outcome, now, metrics);
@@ -82,6 +94,12 @@ impl Leases {
                     lease.refilling.store(false, Ordering::Release);
                 }
             }
+        }
+        if reachable && !closed && self.far() {
+            done += self.fetch_ahead(store, now, metrics).await;
+        }
+        if reachable && !self.unreachable.load(Ordering::Relaxed) {
+            self.charge(store, metrics).await;
         }
         let mut unused = std::mem::take(&mut *self.lapsed.lock());
         for shard in &self.shards {
@@ -113,6 +131,118 @@ impl Leases {
             self.give_back(store, unused, metrics).await;
         }
         done
+    }
+
+    /// A far store's fixed windows: the next window's block of each busy
+    /// lease fetched before that window begins (counted there), so the
+    /// first hits of a window never wait for a round trip. Fetched once
+    /// the window ends within a tick, two round trips and a block's span
+    /// (at most [`AHEAD_MAX`] ahead: a key made early lives that much
+    /// longer). Returns the blocks fetched.
+    async fn fetch_ahead<S: Store>(
+        &self,
+        store: &S,
+        now: UnixMillis,
+        metrics: &LeaseMetrics,
+    ) -> usize {
+        let rtt_ms = self.rtt_ms();
+        let lead = u64::try_from(TICK.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(rtt_ms.saturating_mul(2))
+            .saturating_add(super::held::SPAN_MS)
+            .min(AHEAD_MAX_MS);
+        let mut ahead = Vec::new();
+        for shard in &self.shards {
+            for lease in shard.read().values().flatten() {
+                let Spec::FixedWindow { window, .. } = lease.spec else {
+                    continue;
+                };
+                let held = lease.held.lock();
+                let ends = now
+                    .as_secs()
+                    .saturating_add(window.reset_secs(now))
+                    .saturating_mul(1_000);
+                let want = held.want(lease.cap, rtt_ms);
+                if held.next.is_none()
+                    && want > 0
+                    && !held.quiet(now)
+                    && ends.saturating_sub(now.0) <= lead
+                {
+                    ahead.push((Arc::clone(lease), want, UnixMillis(ends)));
+                }
+            }
+        }
+        let mut done = 0;
+        for (lease, want, at) in ahead {
+            let fetch = Fetch {
+                op: Op {
+                    id: lease.id.clone(),
+                    spec: lease.spec,
+                    hits: 0,
+                    lease: Some(want),
+                },
+                token: self.token(),
+                forget: None,
+                at,
+            };
+            match store.fetch(std::slice::from_ref(&fetch)).await {
+                Ok(outcomes) => {
+                    if let Some(outcome) = outcomes.first() {
+                        self.deposit_next(&lease, outcome, at, metrics);
+                        done += usize::from(outcome.leased > 0);
+                    }
+                }
+                Err(_) => {
+                    self.set_reachable(false);
+                    self.unsettled.lock().push(fetch);
+                    break;
+                }
+            }
+        }
+        done
+    }
+
+    /// Charges the hits admitted on partition allowances to their windows'
+    /// counters, now that the store answers again: those of windows ended
+    /// and those of each lease's current one. A charge the store does not
+    /// answer is kept for the next step (one whose answer was lost may be
+    /// charged twice: counted more, never admitted more).
+    async fn charge<S: Store>(&self, store: &S, metrics: &LeaseMetrics) {
+        let mut due = std::mem::take(&mut *self.charges.lock());
+        for shard in &self.shards {
+            for lease in shard.read().values().flatten() {
+                let mut held = lease.held.lock();
+                if held.uncharged > 0 {
+                    due.push(Charge {
+                        id: lease.id.clone(),
+                        spec: lease.spec,
+                        hits: std::mem::take(&mut held.uncharged),
+                        at: held.credit_at,
+                    });
+                }
+            }
+        }
+        let mut left = Vec::new();
+        for charge in due {
+            let batch = Batch {
+                ops: vec![Op {
+                    id: charge.id.clone(),
+                    spec: charge.spec,
+                    hits: charge.hits,
+                    lease: None,
+                }],
+                stop_when_over: false,
+            };
+            if left.is_empty() && store.execute(batch, charge.at).await.is_ok() {
+                metrics.record(Fate::Charged, 1, charge.hits);
+            } else {
+                left.push(charge);
+            }
+        }
+        if !left.is_empty() {
+            self.set_reachable(false);
+            self.charges.lock().extend(left);
+        }
     }
 
     /// Gives back `unused` (each named by a token of its own, unless it
@@ -224,65 +354,82 @@ impl Leases {
 }
 
 impl<S: Store> Limiter<S> {
-    /// The leases' background work due now (by the limiter's clock):
-    /// fetches the blocks that run low, gives back those of quiet
-    /// descriptors and those that lapsed. Returns how many blocks were
-    /// fetched or given back. The server runs it ([`Limiter::run_leases`]);
-    /// tests call it to choose when it happens.
+    /// The leases' background work due now (by the limiter's clock), on
+    /// every store that keeps leases at once: fetches the blocks that run
+    /// low, gives back those of quiet descriptors and those that lapsed.
+    /// Returns how many blocks were fetched or given back. The server runs
+    /// it ([`Limiter::run_leases`]); tests call it to choose when it
+    /// happens.
     pub async fn lease_step(&self) -> usize {
-        match &self.leases {
-            Some(leases) => {
-                leases
-                    .step(&self.store, self.clock.now(), &self.metrics.lease)
-                    .await
-            }
-            None => 0,
-        }
+        let now = self.clock.now();
+        let steps = self
+            .all_leases()
+            .map(|(store, leases, _)| leases.step(store, now, &self.metrics.lease));
+        futures_util::future::join_all(steps)
+            .await
+            .into_iter()
+            .sum()
     }
 
-    /// Runs [`Limiter::lease_step`] whenever a block runs low, and every
-    /// 250 ms, until `shutdown`. Returns at once on a store without leases.
+    /// Runs each store's leases' work whenever one of its blocks runs
+    /// low, and every 250 ms, until `shutdown`: one loop per store, so a
+    /// store far away never delays the fetches of one nearby. Returns at
+    /// once when no store keeps leases.
     pub async fn run_leases(&self, shutdown: CancellationToken) {
-        let Some(leases) = &self.leases else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = leases.wake.notified() => {}
-                () = tokio::time::sleep(TICK) => {}
+        let loops = self.all_leases().map(|(store, leases, at)| {
+            let shutdown = shutdown.clone();
+            let stats = self.metrics.stores.get(at);
+            async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = leases.wake.notified() => {}
+                        () = tokio::time::sleep(TICK) => {}
+                    }
+                    leases
+                        .step(store, self.clock.now(), &self.metrics.lease)
+                        .await;
+                    if let Some(stats) = stats {
+                        stats
+                            .lease_round_trip_us
+                            .store(leases.rtt_us(), std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
             }
-            self.lease_step().await;
-        }
+        });
+        futures_util::future::join_all(loops).await;
     }
 
     /// Takes no more blocks and gives back every unused hit of the blocks
     /// held (at shutdown, once requests have drained), after any fetch
-    /// under way has landed (waiting at most a second for it).
+    /// under way has landed (waiting at most a second for it), on every
+    /// store at once.
     pub async fn give_back_leases(&self) {
-        let Some(leases) = &self.leases else {
-            return;
-        };
-        leases.close();
-        // Fetches asked for are dropped; one under way (the background
-        // task's) lands before its block is given back.
-        self.lease_step().await;
-        for _ in 0..100 {
-            if !leases.refilling() {
-                break;
+        let all = self.all_leases().map(|(store, leases, _)| async move {
+            leases.close();
+            let step = || leases.step(store, self.clock.now(), &self.metrics.lease);
+            // Fetches asked for are dropped; one under way (the background
+            // task's) lands before its block is given back.
+            step().await;
+            for _ in 0..100 {
+                if !leases.refilling() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        self.lease_step().await;
-        // Give-backs and settles the store did not answer (Redis frozen or
-        // restarting as the process stops) are sent again for a while.
-        for _ in 0..RETRIES_AT_SHUTDOWN {
-            if !leases.unresolved() {
-                break;
+            step().await;
+            // Give-backs and settles the store did not answer (Redis frozen
+            // or restarting as the process stops) are sent again for a
+            // while.
+            for _ in 0..RETRIES_AT_SHUTDOWN {
+                if !leases.unresolved() {
+                    break;
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+                step().await;
             }
-            tokio::time::sleep(RETRY_PAUSE).await;
-            self.lease_step().await;
-        }
-        leases.abandon(&self.metrics.lease);
+            leases.abandon(&self.metrics.lease);
+        });
+        futures_util::future::join_all(all).await;
     }
 }

@@ -79,7 +79,7 @@ fn the_block_wanted_follows_the_rate_and_stays_under_the_cap() {
     let mut h = Held::default();
     // Cold: the first hits measure nothing yet.
     h.note(1, UnixMillis(T0));
-    assert_eq!(h.want(1_000), 0);
+    assert_eq!(h.want(1_000, 0), 0);
     // A burst: QUICK_HITS hits in 10 ms is 6,400 per second, measured at
     // once; a block is SPAN_MS of it.
     for _ in 0..QUICK_HITS {
@@ -88,9 +88,45 @@ fn the_block_wanted_follows_the_rate_and_stays_under_the_cap() {
     h.note(1, UnixMillis(T0 + 11));
     // Averaged with the cold period before: about 3,200.
     assert!(h.rate >= 3_000, "rate {}", h.rate);
-    assert_eq!(h.want(1_000), h.rate * SPAN_MS / 1_000);
-    assert_eq!(h.want(50), 50);
+    assert_eq!(h.want(1_000, 0), h.rate * SPAN_MS / 1_000);
+    assert_eq!(h.want(50, 0), 50);
     // A quiet second: the rate starts over from what it measures.
     h.note(1, UnixMillis(T0 + 2_000));
-    assert_eq!(h.want(1_000), 0);
+    assert_eq!(h.want(1_000, 0), 0);
+}
+
+#[test]
+fn a_far_store_s_round_trips_make_blocks_cover_them() {
+    let mut h = Held {
+        rate: 100,
+        ..Held::default()
+    };
+    // 100 per second: 5 over the span alone, 21 with two 80 ms round
+    // trips on top, never over the cap.
+    assert_eq!(h.want(1_000, 0), 5);
+    assert_eq!(h.want(1_000, 80), 21);
+    assert_eq!(h.want(10, 80), 10);
+    h.rate = 0;
+    assert_eq!(h.want(1_000, 80), 0);
+}
+
+#[test]
+fn a_window_is_warm_once_a_fetch_was_answered_in_it() {
+    let spec = Spec::FixedWindow {
+        window: FixedWindow::new(60),
+        limit: 1_200,
+    };
+    let mut h = Held::default();
+    // T0 is 20 s into a minute.
+    assert!(!h.warm(&spec, UnixMillis(T0)));
+    h.fetched_at = Some(UnixMillis(T0));
+    assert!(h.warm(&spec, UnixMillis(T0 + 39_999)));
+    assert!(!h.warm(&spec, UnixMillis(T0 + 40_000)));
+    // Refused locally: over, nothing counted, the count the store said.
+    h.count_after = 1_200;
+    h.reset_at = UnixMillis(T0 + 40_000);
+    let refused = h.refused(UnixMillis(T0 + 30_000));
+    assert!(refused.over_limit && !refused.counted);
+    assert_eq!((refused.remaining, refused.after), (0, 1_200));
+    assert_eq!(refused.reset.as_millis(), 10_000);
 }

@@ -129,6 +129,8 @@ struct JsonWindow {
     remaining: u64,
     over_limit: bool,
     duration_until_reset: String,
+    /// The store counting it.
+    store: String,
     /// A leased limit: the block this instance holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     lease: Option<JsonLease>,
@@ -172,6 +174,7 @@ impl From<WindowState> for JsonWindow {
             remaining: window.remaining,
             over_limit: window.over_limit,
             duration_until_reset: duration_text(window.reset),
+            store: window.store,
             lease: window.lease.map(|held| JsonLease { held }),
         }
     }

@@ -329,3 +329,11 @@ pub(crate) const redis_persecond_socket_type: Var = Var {
     default: "`tcp`",
     doc: "As {redis_socket_type}, for the per-second Redis",
 };
+
+/// `stores_file`.
+pub(crate) const stores_file: Var = Var {
+    name: "STORES_FILE",
+    flag: "stores-file",
+    default: "(none: every rule counts on the process-wide store, `default`, or on `local`)",
+    doc: "YAML map from a store's name to its settings (`type`: `redis`, `redis-sentinel`, `redis-cluster`, `memcache` or `memory`; `failure_mode`; the process-wide settings' names without `REDIS_` or `MEMCACHE_`, in lower case): rules name one with `store: NAME` (docs/regions.md)",
+};

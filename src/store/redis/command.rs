@@ -64,8 +64,12 @@ impl RedisStore {
                 cmd.arg(op.hits).arg(self.ttl_secs(window.window_secs()));
             }
             Spec::FixedWindow { window, limit } => {
+                // A leased window's block may be fetched up to a second
+                // before its window begins (a store far away): its key
+                // lives a second longer, so it still outlives its window.
+                let early = u64::from(op.lease.is_some());
                 cmd.arg(op.hits)
-                    .arg(self.ttl_secs(window.window_secs()))
+                    .arg(self.ttl_secs(window.window_secs()).saturating_add(early))
                     .arg(limit)
                     .arg(u8::from(refuse_over));
                 if let Some(lease) = op.lease {
