@@ -32,12 +32,20 @@
 #   (in STORES) are floodgate on Redis / the Cluster with the hot
 #   descriptor's rule leased (`lease: true`, the `leased` key); every Redis
 #   server's row also shows its script calls per 100 requests (from its own
-#   /metrics).
+#   /metrics). Stores `wan_lease` and `memory_lease` (in STORES; issue #43)
+#   put the same leased rule 40 ms away and next door: `wan_lease` is
+#   floodgate on the embedded store with a named store `global`
+#   (STORES_FILE: type redis, timeout 2s) reached through
+#   bench/wan_proxy.py, WAN_DELAY_MS (40) each way in front of the bench's
+#   redis-server, and the `leased` rule given `store: global` in a copy of
+#   bench/config made under OUT (bench/config itself names no store, since
+#   a server started without STORES_FILE refuses one); `memory_lease` is
+#   the `leased` rule on the embedded store, as bench/config has it.
 #
 # Settings (environment): PROFILE (hot), ROUNDS (5), DURATION (8), WARMUP (2),
 # PROCS (4), CONNS (16), STREAMS (8), KEYS (250000 per process, wide only),
-# CLUSTER (0), STORES, BASELINE, SNAPSHOT (0), FILL (0), TABLE_ENTRIES, OUT (a new temporary
-# directory). Needs taskset,
+# CLUSTER (0), STORES, BASELINE, SNAPSHOT (0), FILL (0), TABLE_ENTRIES, WAN_DELAY_MS (40),
+# OUT (a new temporary directory). Needs taskset,
 # h2load, redis-server, curl, python3 and 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +64,7 @@ STORES=${STORES-$DEFAULT_STORES}
 BASELINE=${BASELINE:-}
 SNAPSHOT=${SNAPSHOT:-0}
 FILL=${FILL:-0}
+WAN_DELAY_MS=${WAN_DELAY_MS:-40}
 OUT=${OUT:-$(mktemp -d -t floodgate-compare.XXXXXX)}
 mkdir -p "$OUT"
 METHOD=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
@@ -152,14 +161,15 @@ RPID=$REDIS_PID
 
 SERVERS=(ceiling ceiling_tuned)
 STORE_PIDS=("$RPID")
-# serve NAME BINARY STORE REDIS_URL [ENV…]: a floodgate to measure.
+# serve NAME BINARY STORE REDIS_URL [ENV…]: a floodgate to measure, on the
+# rules in CONFIG_DIR (bench/config unless set for the call).
 serve() {
     local name=$1 binary=$2 store=$3 url=$4 http
     shift 4
     PORT[$name]=$(free_port)
     http=$(free_port)
     HTTP[$name]=$http
-    env "$@" taskset -c "$SERVER_CPU" "$binary" serve --config-dir bench/config --store "$store" \
+    env "$@" taskset -c "$SERVER_CPU" "$binary" serve --config-dir "${CONFIG_DIR:-bench/config}" --store "$store" \
         --redis-url "$url" --grpc-addr "127.0.0.1:${PORT[$name]}" \
         --http-addr "127.0.0.1:$http" --log-level warn >"$OUT/server-$name.log" 2>&1 &
     PIDS+=($!)
@@ -188,6 +198,32 @@ print(json.dumps({"time": "2026-01-01T00:00:00Z", "who": "bench", "action": "imp
                   "table": "bench_clients", "version": 1, "items": items}))
 PY
     serve memory_table "$BIN/floodgate" memory "127.0.0.1:$rport" TABLES_PATH="$OUT/tables.log"
+fi
+if [[ " $STORES " == *" memory_lease "* ]]; then
+    serve memory_lease "$BIN/floodgate" memory "127.0.0.1:$rport"
+    [[ -z $BASELINE ]] || serve memory_lease_base "$BASELINE" memory "127.0.0.1:$rport"
+fi
+if [[ " $STORES " == *" wan_lease "* ]]; then
+    # A global Redis a WAN away: the bench's redis-server behind the delay
+    # proxy, named `global` in a stores file, and the `leased` rule on it.
+    wport=$(free_port)
+    start python3 bench/wan_proxy.py "$wport" "127.0.0.1:$rport" "$WAN_DELAY_MS"
+    wait_for redis-cli -p "$wport" PING
+    cat >"$OUT/stores.yaml" <<YAML
+global:
+  type: redis
+  url: 127.0.0.1:$wport
+  timeout: 2s
+YAML
+    mkdir -p "$OUT/config-wan"
+    sed '/^  - key: leased$/,/rate_limit:/ s/lease: true}/lease: true, store: global}/' \
+        bench/config/bench.yaml >"$OUT/config-wan/bench.yaml"
+    grep -q 'lease: true, store: global}' "$OUT/config-wan/bench.yaml" ||
+        { echo "bench/config/bench.yaml: no leased rule to put on store global" >&2; exit 1; }
+    CONFIG_DIR="$OUT/config-wan" serve wan_lease "$BIN/floodgate" memory "127.0.0.1:$rport" \
+        STORES_FILE="$OUT/stores.yaml"
+    [[ -z $BASELINE ]] || CONFIG_DIR="$OUT/config-wan" serve wan_lease_base "$BASELINE" memory \
+        "127.0.0.1:$rport" STORES_FILE="$OUT/stores.yaml"
 fi
 if [[ $SNAPSHOT == 1 ]]; then
     serve memory_snap "$BIN/floodgate" memory "127.0.0.1:$rport" \
@@ -229,7 +265,8 @@ TICK=$(getconf CLK_TCK)
 echo "==> profile $PROFILE: $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
 calls() { # calls SERVER: script calls it has sent to Redis so far (0 for others)
     [[ -n ${HTTP[$1]:-} ]] || { echo 0; return; }
-    curl -s "http://127.0.0.1:${HTTP[$1]}/metrics" | awk '/^ratelimit_redis_calls_total / { c = $2 } END { print c + 0 }'
+    # Summed over the series, one per named store when a server has several.
+    curl -s "http://127.0.0.1:${HTTP[$1]}/metrics" | awk '/^ratelimit_redis_calls_total[ {]/ { c += $2 } END { print c + 0 }'
 }
 printf 'round\tserver\treq/s\tp99_ms\tcpu_us_per_req\tcpu_us_per_req_with_redis\tcalls_per_100\n' | tee "$OUT/rounds.tsv"
 for round in $(seq "$ROUNDS"); do
@@ -252,7 +289,7 @@ for round in $(seq "$ROUNDS"); do
         per100=$(awk -v k=$((k1 - k0)) -v n="$done_" 'BEGIN { printf "%.2f", k * 100 / n }')
         per=$(awk -v c=$((c1 - c0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
         with=$(awk -v c=$((c1 - c0 + r1 - r0)) -v n="$done_" -v t="$TICK" 'BEGIN { printf "%.1f", c / t * 1e6 / n }')
-        [[ $s == redis* || $s == cluster* ]] || { with=-; per100=-; }
+        [[ $s == redis* || $s == cluster* || $s == wan* ]] || { with=-; per100=-; }
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$s" "$rate" "$p99" "$per" "$with" "$per100" | tee -a "$OUT/rounds.tsv"
     done
 done
@@ -266,15 +303,15 @@ servers = sys.argv[2:]
 for s in servers:
     r = [x for x in rows if x[1] == s]
     med[s] = [statistics.median(float(x[i]) for x in r) for i in (2, 3, 4)]
-    if s.startswith(("redis", "cluster")):
+    if s.startswith(("redis", "cluster", "wan")):
         med[s].append(statistics.median(float(x[5]) for x in r))
         med[s].append(statistics.median(float(x[6]) for x in r))
 best = max(med["ceiling"][0], med["ceiling_tuned"][0])
 print("server\treq/s\tratio_to_better_noop\tp99_ms\tcpu_us_per_req\tscript_calls_per_100")
 for s in servers:
     rate, p99, cpu = med[s][:3]
-    extra = f" ({med[s][3]:.1f} with redis-server)" if s.startswith(("redis", "cluster")) else ""
-    calls = f"{med[s][4]:.2f}" if s.startswith(("redis", "cluster")) else "-"
+    extra = f" ({med[s][3]:.1f} with redis-server)" if s.startswith(("redis", "cluster", "wan")) else ""
+    calls = f"{med[s][4]:.2f}" if s.startswith(("redis", "cluster", "wan")) else "-"
     print(f"{s}\t{rate:.0f}\t{rate / best:.2f}"
           f"\t{p99:.2f}\t{cpu:.1f}{extra}\t{calls}")
 EOF

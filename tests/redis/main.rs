@@ -1,7 +1,8 @@
 //! Tests that need a store server on PATH, started by the tests on free
 //! loopback ports: `redis-server` and `redis-cli` (standalone, Sentinel and
 //! Cluster) and `memcached`: the stores against the model and each other,
-//! faults, hostile input, the operator views and RLQS on Redis. Tests that need only *a* Cluster share
+//! faults, hostile input, the operator views and RLQS on Redis, and the
+//! simulated WAN of `support::wan`. Tests that need only *a* Cluster share
 //! one per run (`support::redis::shared_cluster`).
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns may unwrap
 
@@ -22,3 +23,4 @@ mod redact;
 mod redis;
 mod rlqs;
 mod tables;
+mod wan;

@@ -14,6 +14,7 @@ pub mod proxy;
 pub mod redis;
 pub mod rlqs;
 pub mod tls;
+pub mod wan;
 pub mod xds;
 
 use std::future::Future;
