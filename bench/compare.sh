@@ -265,6 +265,12 @@ TICK=$(getconf CLK_TCK)
 echo "==> profile $PROFILE: $ROUNDS rounds, ${WARMUP}s warm-up + ${DURATION}s each, $PROCS x $CONNS x $STREAMS streams; logs in $OUT"
 calls() { # calls SERVER: script calls it has sent to Redis so far (0 for others)
     [[ -n ${HTTP[$1]:-} ]] || { echo 0; return; }
+    if [[ $1 == wan* ]]; then
+        # A named store's calls: what the bench's redis-server processed
+        # (only the server measured uses it during its round).
+        redis-cli -p "$rport" INFO stats | tr -d '\r' | awk -F: '/^total_commands_processed:/ { print $2 + 0 }'
+        return
+    fi
     # Summed over the series, one per named store when a server has several.
     curl -s "http://127.0.0.1:${HTTP[$1]}/metrics" | awk '/^ratelimit_redis_calls_total[ {]/ { c += $2 } END { print c + 0 }'
 }

@@ -77,8 +77,8 @@ pub use rlqs::state::StreamBounds;
 pub use rlqs::{RlqsOptions, Unmatched};
 pub use server::{
     AccessOptions, ExplainError, GrpcAt, GrpcListener, Http2Bounds, LineProblem, Listeners,
-    ReloadOptions, ServeError, ServeOptions, StatsExport, TlsOptions, TokensError, explain_json,
-    serve, serve_with_debug,
+    ReloadOptions, ServeError, ServeOptions, StatsExport, StoresWatch, TlsOptions, TokensError,
+    explain_json, serve, serve_with_debug,
 };
 pub use settings::reference as settings_reference;
 pub use settings::{

@@ -144,6 +144,7 @@ impl<S: Store> Limiter<S> {
                 let cached = self
                     .local_cache
                     .as_ref()
+                    .filter(|_| store == 0)
                     .and_then(|c| c.get(&op_id, spec, now));
                 if let Some(outcome) = leased.filter(|_| cached.is_none()) {
                     slots.push(Pending {

@@ -70,9 +70,11 @@ const MAX_LEASES: usize = 65_536;
 const GCRA_GIVE_BACK_MARGIN_US: u64 = 1_000_000;
 /// A store whose block fetches take longer than this is far (across a
 /// WAN): hits are not sent there on the request path when its state in the
-/// window is known. A Redis nearby answers in well under a millisecond;
-/// 5 ms is past any LAN and under any region-to-region round trip.
-pub(crate) const FAR_RTT_US: u64 = 5_000;
+/// window is known. A Redis nearby answers in well under a millisecond, and
+/// within a few even behind a busy instance's own requests; 20 ms is past
+/// that and past Envoy's default rate-limit call timeout, so a hit sent
+/// there would be answered by the caller's own timeout anyway.
+pub(crate) const FAR_RTT_US: u64 = 20_000;
 
 /// The lease state of one leased operation of one descriptor.
 #[derive(Debug)]
@@ -198,6 +200,19 @@ pub(crate) fn cap_of(spec: &Spec) -> u64 {
 }
 
 impl Lease {
+    /// A next window's block, fetched ahead at `at` and not used, to give
+    /// back to that window.
+    fn unused_next(&self, outcome: &Outcome, at: UnixMillis) -> Unused {
+        Unused {
+            id: self.id.clone(),
+            spec: self.spec,
+            hits: outcome.leased,
+            taken_at: at,
+            tat_us: 0,
+            token: 0,
+        }
+    }
+
     /// Takes the unused hits out of a block that can no longer be used at
     /// `now`: to give back (windows) or stranded (GCRA, counted at once).
     fn drop_lapsed(
@@ -367,14 +382,7 @@ impl Leases {
         }
         held.next = None;
         if starts < current {
-            self.lapsed.lock().push(Unused {
-                id: lease.id.clone(),
-                spec: lease.spec,
-                hits: outcome.leased,
-                taken_at: at,
-                tat_us: 0,
-                token: 0,
-            });
+            self.lapsed.lock().push(lease.unused_next(&outcome, at));
             return;
         }
         if let Some(unused) = lease.drop_lapsed(held, now, metrics) {

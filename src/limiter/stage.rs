@@ -249,9 +249,13 @@ impl<S: Store> Limiter<S> {
         let (spec, hits) = (op.spec, op.hits);
         // A check-only call (hits 0) reads the store exactly.
         let leases = self.store_at(slot.store).and_then(|s| s.leases).zip(leased);
+        // The local cache (LOCAL_CACHE_SIZE_IN_BYTES) serves the
+        // process-wide store's counters only: a counter is named by its
+        // descriptor, the same on every store.
         let cached = self
             .local_cache
             .as_ref()
+            .filter(|_| slot.store == 0)
             .and_then(|c| c.get(&op.id, spec, now));
         // A hit the local cache answers asks its lease nothing: no hit
         // taken from a block, no fetch of the next one asked.
@@ -338,14 +342,15 @@ impl<S: Store> Limiter<S> {
         Vec<(CounterId, Spec, u64)>,
         Result<Vec<crate::algorithm::Outcome>, StoreError>,
     ) {
-        // Identities are kept only when the local cache needs them.
+        // Identities are kept only when the local cache needs them (the
+        // process-wide store's).
         let cached_ids: Vec<(CounterId, Spec, u64)> = match &self.local_cache {
-            Some(_) => batch
+            Some(_) if at == 0 => batch
                 .ops
                 .iter()
                 .map(|op| (op.id.clone(), op.spec, op.hits))
                 .collect(),
-            None => Vec::new(),
+            _ => Vec::new(),
         };
         let Some(store) = self.store_at(at) else {
             return (
@@ -368,7 +373,13 @@ impl<S: Store> Limiter<S> {
             // Partition allowances start once the store stops answering.
             // (A caller's deadline passing says nothing of the store.)
             match &result {
-                Ok(_) => leases.set_reachable(true),
+                Ok(_) => {
+                    leases.set_reachable(true);
+                    // A decision's round trip measures the store too: a
+                    // descriptor too slow for a block yet learns whether
+                    // the store is far (and so needs one).
+                    leases.observe_rtt(elapsed);
+                }
                 Err(StoreError::Timeout) => {}
                 Err(err) => leases.set_reachable(!err.is_transient()),
             }

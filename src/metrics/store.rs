@@ -52,6 +52,8 @@ pub struct NamedStoreStats {
     /// Its leases' block fetches: the last measured round trip, µs (what
     /// sizes their blocks).
     pub lease_round_trip_us: std::sync::atomic::AtomicU64,
+    /// A named store answered its last health check (every second).
+    pub up: std::sync::atomic::AtomicBool,
 }
 
 /// Every store's [`NamedStoreStats`]: the process-wide store's, and the

@@ -93,8 +93,11 @@ pub(super) fn spawn_background(
                     () = shutdown.cancelled() => return,
                     _ = poll.tick() => {}
                 }
-                for (i, (_, name, store)) in limiter.named_stores().enumerate() {
+                for (i, (at, name, store)) in limiter.named_stores().enumerate() {
                     let up = store.is_ready() && store.answers().await;
+                    if let Some(stats) = limiter.metrics().stores.get(at) {
+                        stats.up.store(up, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if was.len() <= i {
                         was.push(None);
                     }
@@ -120,6 +123,10 @@ pub(super) fn spawn_background(
         tracker.spawn(
             async move { limiter.run_leases(shutdown).await }.instrument(info_span!("leases")),
         );
+    }
+    if let Some(watch) = options.stores_file.clone() {
+        let shutdown = shutdown.clone();
+        tracker.spawn(watch_stores_file(watch, shutdown).instrument(info_span!("stores_file")));
     }
     if super::shared_tables::redis_of(limiter).is_some() {
         // Limit tables kept in Redis: loaded once connected, then followed.
@@ -190,6 +197,46 @@ pub(super) fn spawn_background(
             health.set_store_ready(true).await;
             info!("store ready; serving");
         });
+    }
+}
+
+/// Checks the stores file every second. Stores are opened at start only:
+/// a change that reads is logged at WARN (it takes effect at the next
+/// start), one that does not at ERROR; the stores in force are kept.
+async fn watch_stores_file(watch: super::StoresWatch, shutdown: CancellationToken) {
+    let mut poll = tokio::time::interval(STORE_HEALTH_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = watch.text.clone();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = poll.tick() => {}
+        }
+        let text = match std::fs::read_to_string(&watch.path) {
+            Ok(text) => text,
+            Err(err) => format!("\0{err}"),
+        };
+        if text == seen {
+            continue;
+        }
+        let path = watch.path.display();
+        match text.strip_prefix('\0') {
+            Some(err) => {
+                tracing::error!(stores_file = %path, error = err, "stores file unreadable; keeping the stores in force")
+            }
+            None => match (watch.check)(&text) {
+                Err(err) => {
+                    tracing::error!(stores_file = %path, error = %err, "stores file invalid; keeping the stores in force")
+                }
+                Ok(()) if text == watch.text => {
+                    info!(stores_file = %path, "stores file back as it was at start")
+                }
+                Ok(()) => {
+                    warn!(stores_file = %path, "stores file changed; the new stores take effect at the next start")
+                }
+            },
+        }
+        seen = text;
     }
 }
 

@@ -164,10 +164,12 @@ async fn mapped_metrics(State(state): State<MappedState>) -> impl IntoResponse {
 fn render_store_states(text: &mut String, limiter: &Limiter<StoreKind>) {
     let up = |name: &str| match name {
         crate::limiter::DEFAULT_STORE => limiter.store().is_ready(),
+        // What the last health check found (every second).
         _ => limiter
             .named_stores()
             .find(|(_, n, _)| *n == name)
-            .is_some_and(|(_, _, store)| store.is_ready()),
+            .and_then(|(at, _, _)| limiter.metrics().stores.get(at))
+            .is_some_and(|stats| stats.up.load(std::sync::atomic::Ordering::Relaxed)),
     };
     limiter.metrics().stores.render(text, &up);
 }

@@ -36,7 +36,7 @@ pub use http::{ExplainError, explain_json};
 pub(crate) use options::MAX_WINDOW_BYTES;
 pub use options::{
     GrpcAt, GrpcListener, Http2Bounds, Listeners, ReloadOptions, ServeError, ServeOptions,
-    StatsExport,
+    StatsExport, StoresWatch,
 };
 use std::pin::Pin;
 use std::sync::Arc;

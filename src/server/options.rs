@@ -160,6 +160,22 @@ pub struct ServeOptions {
     pub tracer: Option<crate::otel::RequestTracer>,
     /// Who may use the operator views.
     pub access: super::access::AccessOptions,
+    /// `STORES_FILE`, watched for changes; `None` without one.
+    pub stores_file: Option<StoresWatch>,
+}
+
+/// The stores file (`STORES_FILE`) as the instance started with it, and
+/// how a new text of it is checked. Stores are opened at start only: a
+/// change that reads is logged at WARN (it takes effect at the next start),
+/// one that does not at ERROR (the stores in force are kept either way).
+#[derive(Debug, Clone)]
+pub struct StoresWatch {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Its text at start.
+    pub text: String,
+    /// Whether a text of it reads, and why not.
+    pub check: fn(&str) -> Result<(), String>,
 }
 
 /// Largest HTTP/2 flow-control window, 2^31 - 1 bytes (RFC 9113, 6.9.1).
@@ -225,6 +241,7 @@ impl Default for ServeOptions {
             rlqs: crate::rlqs::RlqsOptions::default(),
             tracer: None,
             access: super::access::AccessOptions::default(),
+            stores_file: None,
         }
     }
 }

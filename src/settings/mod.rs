@@ -517,7 +517,7 @@ impl Settings {
             )?,
             redis,
             memcache,
-            stores_file,
+            stores_file: stores_file.clone(),
             stores,
             config_dir,
             ignore_dotfiles: flag(args.ignore_dotfiles, vars::runtime_ignoredotfiles.name)?,
@@ -642,6 +642,11 @@ impl Settings {
                     .unwrap_or_else(|| "/metrics".to_owned()),
                 rlqs: rlqs_options(&args.rlqs_args, &get, bounds, global_shadow_mode)?,
                 access: access::access_options(&args.access_args, &get)?,
+                stores_file: stores_file.as_ref().map(|path| crate::server::StoresWatch {
+                    path: path.clone(),
+                    text: std::fs::read_to_string(path).unwrap_or_default(),
+                    check: |text| stores::parse_stores(text).map(|_| ()),
+                }),
                 ..serve_defaults
             },
         })

@@ -11,7 +11,7 @@ fn floodgate() -> Command {
 }
 
 /// `floodgate serve` on ports the OS picks, with the rules in `dir`.
-fn serve_on_any_port(dir: impl AsRef<std::ffi::OsStr>) -> Command {
+pub(crate) fn serve_on_any_port(dir: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut command = floodgate();
     command
         .args([
@@ -26,7 +26,7 @@ fn serve_on_any_port(dir: impl AsRef<std::ffi::OsStr>) -> Command {
     command
 }
 
-fn repo(path: &str) -> PathBuf {
+pub(crate) fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 

@@ -16,6 +16,7 @@ mod overload;
 mod redact;
 mod reload;
 mod snapshot;
+mod stores;
 mod tables;
 mod tls;
 mod uds;

@@ -118,7 +118,15 @@ fn every_overlay_renders_and_validates_against_kubernetes_schemas() {
         "the validator accepted a broken Deployment"
     );
 
-    for overlay in ["embedded", "redis", "redis-sentinel", "envoy-gateway"] {
+    for overlay in [
+        "embedded",
+        "redis",
+        "redis-sentinel",
+        "envoy-gateway",
+        "region-a",
+        "region-b",
+        "region-c",
+    ] {
         let docs = kustomize(&format!("deploy/kubernetes/overlays/{overlay}"));
         if let Err(text) = validate(&docs) {
             panic!("{overlay}: {text}");
@@ -171,6 +179,39 @@ fn every_overlay_renders_and_validates_against_kubernetes_schemas() {
         }
         if overlay == "redis-sentinel" {
             assert!(env.contains(&("REDIS_TYPE".to_owned(), "sentinel".to_owned())));
+        }
+        if let Some(region) = overlay.strip_prefix("region-") {
+            // Each region's own Redis, and the global store every region
+            // shares: its stores file mounted where STORES_FILE says, and
+            // read by floodgate as it reads it at start.
+            assert!(env.contains(&(
+                "REDIS_URL".to_owned(),
+                format!("redis.region-{region}.example.internal:6379")
+            )));
+            assert!(env.contains(&(
+                "STORES_FILE".to_owned(),
+                "/etc/floodgate/stores/stores.yaml".to_owned()
+            )));
+            let mount = container["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == "stores")
+                .unwrap();
+            assert_eq!(mount["mountPath"], "/etc/floodgate/stores");
+            let stores = docs
+                .iter()
+                .find(|d| {
+                    d["kind"] == "ConfigMap"
+                        && d["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with("floodgate-stores"))
+                })
+                .unwrap();
+            let text = stores["data"]["stores.yaml"].as_str().unwrap();
+            let parsed = floodgate::parse_stores(text).unwrap();
+            assert_eq!(parsed.len(), 1);
+            assert_eq!(parsed[0].name, "global");
         }
     }
 }

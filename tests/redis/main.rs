@@ -21,6 +21,7 @@ mod memcached;
 mod model;
 mod redact;
 mod redis;
+mod regions;
 mod rlqs;
 mod tables;
 mod wan;

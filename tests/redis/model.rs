@@ -13,10 +13,10 @@
 //! store); e.g. `MODEL_CASES=2000 cargo test --test integration model`.
 
 use crate::support::backends::{Backend, cluster, memory, redis_config, standalone};
-use crate::support::grpc::index;
 use arc_swap::ArcSwap;
 use floodgate::{Code, Limiter, LimiterOptions, TableEntry, Tables, Writing};
 use floodgate::{Descriptor, RateLimitOverride, Request, Unit};
+use floodgate::{LoadOptions, Source, StoreEntry, StoreInfo, load_sources};
 use floodgate::{ManualClock, UnixMillis};
 use floodgate::{MemcacheConfig, MemcacheStore, RedisConfig, RedisStore, StoreKind};
 use proptest::prelude::*;
@@ -88,6 +88,23 @@ struct RuleGen {
     /// Reads the limit table `t<i>` (one limit of a fixed window, sliding
     /// window or log, not on a calendar).
     table: bool,
+    /// The store its limits count on ([`STORES`]); with `mix`, a fixed
+    /// window's odd limits count on `local` instead.
+    store: usize,
+    mix: bool,
+}
+
+/// The stores rules name (`store:`): the backend under test (`default`),
+/// a second store of its kind, and `local` (an embedded store).
+const STORES: [&str; 3] = ["default", "other", "local"];
+
+/// The place of the store limit `j` of `r` counts on.
+fn store_of(r: &RuleGen, j: usize) -> usize {
+    if r.mix && r.alg == Alg::Fixed && j % 2 == 1 {
+        2
+    } else {
+        r.store
+    }
 }
 
 /// A change to a limit table between requests.
@@ -151,9 +168,21 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
         proptest::option::weighted(0.15, 0usize..KEYS),
         proptest::option::weighted(0.3, 0usize..CALENDARS.len()),
         prop::bool::weighted(0.4),
+        (0usize..STORES.len(), prop::bool::weighted(0.3)),
     )
         .prop_map(
-            |(alg, mut limits, burst, unlimited, shadow, quota, replaces, calendar, table)| {
+            |(
+                alg,
+                mut limits,
+                burst,
+                unlimited,
+                shadow,
+                quota,
+                replaces,
+                calendar,
+                table,
+                (store, mix),
+            )| {
                 let mut seen = HashSet::new();
                 limits.retain(|&(_, w)| seen.insert(w));
                 let calendar = calendar.filter(|_| alg == Alg::Fixed && !unlimited);
@@ -175,6 +204,8 @@ fn rule_gen() -> impl Strategy<Value = RuleGen> {
                     replaces,
                     calendar,
                     table,
+                    store,
+                    mix,
                 }
             },
         )
@@ -287,17 +318,21 @@ fn yaml(rules: &[RuleGen]) -> String {
         } else {
             ""
         };
-        let one = |&(limit, w): &(u64, usize)| {
+        let one = |j: usize, &(limit, w): &(u64, usize)| {
+            let store = match store_of(r, j) {
+                0 => String::new(),
+                at => format!(", store: {}", STORES[at]),
+            };
             if let Some(c) = r.calendar {
                 let (unit, zone) = CALENDARS[c];
                 return format!(
-                    "{{unit: {unit}, calendar: true, time_zone: {zone}, requests_per_unit: {limit}, algorithm: fixed_window"
+                    "{{unit: {unit}, calendar: true, time_zone: {zone}, requests_per_unit: {limit}, algorithm: fixed_window{store}"
                 );
             }
             let (_, unit, mult) = WINDOWS[w];
             let burst = r.burst.map(|b| format!(", burst: {b}")).unwrap_or_default();
             format!(
-                "{{unit: {unit}, unit_multiplier: {mult}, requests_per_unit: {limit}, algorithm: {alg}{burst}{slot_keys}"
+                "{{unit: {unit}, unit_multiplier: {mult}, requests_per_unit: {limit}, algorithm: {alg}{burst}{slot_keys}{store}"
             )
         };
         // One limit: a named `rate_limit` (replaceable); several: a list.
@@ -315,12 +350,12 @@ fn yaml(rules: &[RuleGen]) -> String {
             let _ = writeln!(
                 out,
                 "    rate_limit: {}, name: n{i}{replaces}{table}}}",
-                one(single)
+                one(0, single)
             );
         } else {
             out.push_str("    rate_limits:\n");
-            for l in &r.limits {
-                let _ = writeln!(out, "      - {}}}", one(l));
+            for (j, l) in r.limits.iter().enumerate() {
+                let _ = writeln!(out, "      - {}}}", one(j, l));
             }
         }
     }
@@ -750,6 +785,17 @@ struct ModelOp {
     base: usize,
     burst: Option<u64>,
     hits: u64,
+    /// The store it counts on.
+    store: usize,
+}
+
+/// A counter's name in the model: its descriptor's, on its store (each
+/// store keeps its own counters).
+fn on_store(id: &str, store: usize) -> String {
+    match store {
+        0 => id.to_owned(),
+        at => format!("{}@{id}", STORES[at]),
+    }
 }
 
 /// What the model answers per descriptor: (code, remaining, reset ms,
@@ -765,7 +811,8 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
         Unlimited,
         Limited {
             alg: Alg,
-            limits: Vec<(u64, u64, Option<usize>)>,
+            /// (limit, window s, name, store)
+            limits: Vec<(u64, u64, Option<usize>, usize)>,
             shadow: bool,
             quota: bool,
             burst: Option<u64>,
@@ -778,7 +825,7 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
             if let Some((rpu, unit)) = d.limit_override {
                 return Plan::Limited {
                     alg: Alg::Fixed,
-                    limits: vec![(u64::from(rpu), UNIT_SECS[usize::from(unit)], None)],
+                    limits: vec![(u64::from(rpu), UNIT_SECS[usize::from(unit)], None, 0)],
                     shadow: false,
                     quota: false,
                     burst: None,
@@ -812,13 +859,14 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
                 limits: r
                     .limits
                     .iter()
-                    .map(|&(l, w)| {
+                    .enumerate()
+                    .map(|(j, &(l, w))| {
                         let l = entry.flatten().unwrap_or(l);
                         let w = match r.calendar {
                             Some(c) => CALENDAR_W + c as u64,
                             None => WINDOWS[w].0,
                         };
-                        (l, w, named.then_some(d.key))
+                        (l, w, named.then_some(d.key), store_of(r, j))
                     })
                     .collect(),
                 shadow: r.shadow,
@@ -848,7 +896,7 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
         .collect();
     for p in &mut plans {
         if let Plan::Limited { limits, .. } = p {
-            limits.retain(|(_, _, name)| !name.is_some_and(|n| replaced.contains(&n)));
+            limits.retain(|(_, _, name, _)| !name.is_some_and(|n| replaced.contains(&n)));
             if limits.is_empty() {
                 *p = Plan::None;
             }
@@ -866,17 +914,19 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
         };
         let id = format!("k{}={}", d.key, d.value);
         let hits = d.hits.unwrap_or(request_hits);
-        let pairs: Vec<(u64, u64)> = limits.iter().map(|&(l, w, _)| (l, w)).collect();
+        let pairs: Vec<(u64, u64)> = limits.iter().map(|&(l, w, _, _)| (l, w)).collect();
+        let stores: Vec<usize> = limits.iter().map(|&(_, _, _, at)| at).collect();
         match alg {
             Alg::Sliding | Alg::Log => ops.push(ModelOp {
                 slot: None,
                 desc: i,
-                id,
                 alg: *alg,
                 limits: pairs,
                 base: 0,
                 burst: *burst,
                 hits,
+                store: stores[0],
+                id: on_store(&id, stores[0]),
             }),
             Alg::Fixed | Alg::Gcra | Alg::Concurrency => {
                 let slot = (*alg == Alg::Concurrency).then(|| match d.slot {
@@ -890,12 +940,13 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
                     ops.push(ModelOp {
                         slot,
                         desc: i,
-                        id: id.clone(),
+                        id: on_store(&id, stores[base]),
                         alg: *alg,
                         limits: vec![pair],
                         base,
                         burst: *burst,
                         hits,
+                        store: stores[base],
                     });
                 }
             }
@@ -906,8 +957,10 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
     let mut outs: Vec<Option<Out>> = vec![None; ops.len()];
     let mut cached = vec![false; ops.len()];
     if sc.local_cache {
+        // The process-wide store's counters only (a counter is named by its
+        // descriptor, the same on every store).
         for (k, op) in ops.iter().enumerate() {
-            if op.alg == Alg::Fixed {
+            if op.alg == Alg::Fixed && op.store == 0 {
                 let w = op.limits[0].1;
                 let (start, end) = window_bounds(w, s);
                 if m.cache[instance].contains(&(op.id.clone(), w, start)) {
@@ -958,16 +1011,18 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
         };
         outs[k] = Some(o);
     }
-    // Stop-increment: a request over anywhere counts nothing anywhere.
-    if refuse
-        && outs
-            .iter()
-            .zip(&cached)
-            .any(|(o, &c)| !c && o.is_some_and(|o| o.over))
-    {
+    // Stop-increment: a request over on a store counts nothing on that
+    // store (each store's part is refused as a whole on its own).
+    let over_on: HashSet<usize> = ops
+        .iter()
+        .zip(outs.iter().zip(&cached))
+        .filter(|(_, (o, c))| !**c && o.is_some_and(|o| o.over))
+        .map(|(op, _)| op.store)
+        .collect();
+    if refuse && !over_on.is_empty() {
         for (k, op) in ops.iter().enumerate() {
             let Some(o) = outs[k].as_mut() else { continue };
-            if cached[k] || !o.counted || op.hits == 0 {
+            if cached[k] || !o.counted || op.hits == 0 || !over_on.contains(&op.store) {
                 continue;
             }
             take_back(m, op, now);
@@ -1002,7 +1057,12 @@ fn decide(m: &mut Model, sc: &Scenario, instance: usize, now: u64, step: &Step) 
     if sc.local_cache {
         for (k, op) in ops.iter().enumerate() {
             let Some(o) = outs[k] else { continue };
-            if !cached[k] && op.alg == Alg::Fixed && o.over && (o.counted || op.hits == 0) {
+            if !cached[k]
+                && op.alg == Alg::Fixed
+                && op.store == 0
+                && o.over
+                && (o.counted || op.hits == 0)
+            {
                 let w = op.limits[0].1;
                 m.cache[instance].insert((op.id.clone(), w, window_bounds(w, s).0));
             }
@@ -1144,13 +1204,31 @@ fn fresh_store(backend: &Backend, rt: &tokio::runtime::Runtime) -> StoreKind {
 
 fn check(
     sc: &Scenario,
-    store: &StoreKind,
+    stores: &[StoreKind; 3],
     rt: &tokio::runtime::Runtime,
 ) -> Result<(), TestCaseError> {
-    let rules = Arc::new(ArcSwap::from_pointee(index(&[(
-        "m.yaml",
-        &yaml(&sc.rules),
-    )])));
+    let [store, other, local] = stores;
+    // The rules name `other` (the backend's kind) and `local` (embedded)
+    // besides `default`, at places 1 and 2 as the limiters count in them.
+    let options = LoadOptions {
+        fixed_windows_only: matches!(store, StoreKind::Memcache(_)),
+        stores: [(1, other), (2, local)]
+            .into_iter()
+            .map(|(index, kind)| StoreInfo {
+                name: STORES[usize::from(index)].to_owned(),
+                index,
+                fixed_windows_only: matches!(kind, StoreKind::Memcache(_)),
+            })
+            .collect(),
+        ..LoadOptions::default()
+    };
+    let source = Source {
+        name: "m.yaml".to_owned(),
+        text: yaml(&sc.rules),
+    };
+    let rules = Arc::new(ArcSwap::from_pointee(
+        load_sources(&[source], &options).expect("generated rules are valid"),
+    ));
     let options = LimiterOptions {
         stop_when_over: sc.stop_when_over,
         local_cache_bytes: if sc.local_cache { 1 << 20 } else { 0 },
@@ -1178,6 +1256,16 @@ fn check(
             )
             .with_redactor(redactor.clone())
             .with_tables(tables.clone())
+            .with_stores(
+                [(1, other), (2, local)]
+                    .into_iter()
+                    .map(|(at, kind)| StoreEntry {
+                        name: Arc::from(STORES[at]),
+                        store: kind.clone(),
+                        failure_mode: None,
+                    })
+                    .collect(),
+            )
         })
         .collect();
     let mut model = Model {
@@ -1344,7 +1432,12 @@ fn run_with(backend: impl std::future::Future<Output = Backend>, fixed_only: boo
         sc
     });
     let result = runner.run(&scenarios, |sc| {
-        check(&sc, &fresh_store(&backend, &rt), &rt)
+        let stores = [
+            fresh_store(&backend, &rt),
+            fresh_store(&backend, &rt),
+            StoreKind::Memory(floodgate::MemoryStore::new()),
+        ];
+        check(&sc, &stores, &rt)
     });
     if let Err(err) = result {
         panic!("{err}");

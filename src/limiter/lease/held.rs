@@ -107,9 +107,13 @@ impl Held {
     /// what arrives during two of the store's measured round trips
     /// (`round_trip_ms`): the next block is asked for while a whole block
     /// is left, so what is admitted while it travels fits in what is held.
+    /// A far store's ([`super::FAR_RTT_US`]) block is at least one hit:
+    /// its hits are not asked for on the request path, so even a slow
+    /// descriptor needs a block ahead.
     pub(super) fn want(&self, cap: u64, round_trip_ms: u64) -> u64 {
         let span = SPAN_MS.saturating_add(round_trip_ms.saturating_mul(2));
-        (self.rate.saturating_mul(span) / 1_000).min(cap)
+        let floor = u64::from(round_trip_ms.saturating_mul(1_000) > super::FAR_RTT_US);
+        (self.rate.saturating_mul(span) / 1_000).max(floor).min(cap)
     }
 
     /// Takes the block `outcome` fetched at `taken_at` as the one held

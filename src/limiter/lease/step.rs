@@ -98,7 +98,8 @@ impl Leases {
         if reachable && !closed && self.far() {
             done += self.fetch_ahead(store, now, metrics).await;
         }
-        if reachable && !self.unreachable.load(Ordering::Relaxed) {
+        if reachable {
+            // Also the probe that finds the store back after a partition.
             self.charge(store, metrics).await;
         }
         let mut unused = std::mem::take(&mut *self.lapsed.lock());
@@ -109,6 +110,10 @@ impl Leases {
                 let quiet = held.quiet(now);
                 if quiet || closed {
                     unused.extend(lease.take_unused(&mut held, now, metrics));
+                    // A next window's block fetched ahead goes back too.
+                    if let Some((outcome, at)) = held.next.take() {
+                        unused.push(lease.unused_next(&outcome, at));
+                    }
                 }
                 forget |= quiet && held.left == 0;
             }
@@ -118,7 +123,11 @@ impl Leases {
                 shard.retain(|_, all| {
                     all.retain(|lease| {
                         let held = lease.held.lock();
-                        held.left > 0 || !held.quiet(now) || lease.refilling.load(Ordering::Acquire)
+                        // Hits to charge keep it too, until charged.
+                        held.left > 0
+                            || held.uncharged > 0
+                            || !held.quiet(now)
+                            || lease.refilling.load(Ordering::Acquire)
                     });
                     !all.is_empty()
                 });
@@ -235,6 +244,7 @@ impl Leases {
             };
             if left.is_empty() && store.execute(batch, charge.at).await.is_ok() {
                 metrics.record(Fate::Charged, 1, charge.hits);
+                self.set_reachable(true);
             } else {
                 left.push(charge);
             }
@@ -309,6 +319,7 @@ impl Leases {
             }
         }
         let reachable = settled.unanswered.is_empty();
+        self.set_reachable(reachable);
         self.unsettled.lock().extend(settled.unanswered);
         reachable
     }

@@ -106,8 +106,11 @@ fn a_far_store_s_round_trips_make_blocks_cover_them() {
     assert_eq!(h.want(1_000, 0), 5);
     assert_eq!(h.want(1_000, 80), 21);
     assert_eq!(h.want(10, 80), 10);
+    // A far store's block is never empty: its hits are not asked for on
+    // the request path.
     h.rate = 0;
-    assert_eq!(h.want(1_000, 80), 0);
+    assert_eq!(h.want(1_000, 80), 1);
+    assert_eq!(h.want(1_000, 10), 0);
 }
 
 #[test]
@@ -129,4 +132,143 @@ fn a_window_is_warm_once_a_fetch_was_answered_in_it() {
     assert!(refused.over_limit && !refused.counted);
     assert_eq!((refused.remaining, refused.after), (0, 1_200));
     assert_eq!(refused.reset.as_millis(), 10_000);
+}
+
+mod far {
+    //! A store across a WAN: what a hit its block cannot take gets, the
+    //! next window's block, and the partition allowance.
+
+    use super::super::{Admit, Leases, find};
+    use crate::algorithm::{FixedWindow, Outcome, Spec};
+    use crate::clock::UnixMillis;
+    use crate::metrics::lease::{Fate, LeaseMetrics};
+    use crate::store::CounterId;
+    use std::time::Duration;
+
+    /// T0 is 20 s into a minute.
+    const T0: u64 = super::T0;
+    const SPEC: Spec = Spec::FixedWindow {
+        window: FixedWindow::new(60),
+        limit: 1_200,
+    };
+
+    fn id() -> CounterId {
+        CounterId::new("d", [("tenant", "acme")])
+    }
+
+    /// Leases on a store whose round trips take 80 ms.
+    fn far_leases() -> Leases {
+        let leases = Leases::default();
+        leases.observe_rtt(Duration::from_millis(80));
+        assert!(leases.far() && leases.rtt_ms() == 80);
+        leases
+    }
+
+    fn block(leased: u64, after: u64) -> Outcome {
+        Outcome {
+            over_limit: false,
+            remaining: 1_200 - after,
+            reset: Duration::from_secs(40),
+            counted: true,
+            before: after - leased,
+            after,
+            limit_index: 0,
+            leased,
+            tat_us: 0,
+        }
+    }
+
+    fn admit(leases: &Leases, at: u64, allowance: u64, metrics: &LeaseMetrics) -> Admit {
+        leases.admit(&id(), SPEC, 1, allowance, UnixMillis(at), metrics)
+    }
+
+    #[test]
+    fn a_hit_its_block_cannot_take_is_refused_here_once_the_window_is_known() {
+        let metrics = LeaseMetrics::default();
+        let leases = far_leases();
+        // No fetch answered in this window: the store is asked.
+        assert!(matches!(admit(&leases, T0, 0, &metrics), Admit::Store));
+        // A fetch answered, the window spent (no block): refused in
+        // process, nothing counted.
+        {
+            let shard = leases.shard(&id()).read();
+            let lease = find(&shard, &id(), SPEC).unwrap();
+            leases.deposit_block(lease, &block(0, 1_200), UnixMillis(T0 + 10), &metrics);
+        }
+        match admit(&leases, T0 + 20, 0, &metrics) {
+            Admit::Answered(o) => assert!(o.over_limit && !o.counted && o.remaining == 0),
+            other => panic!("{other:?}"),
+        }
+        // The next window is not known: the store is asked again.
+        assert!(matches!(
+            admit(&leases, T0 + 40_000, 0, &metrics),
+            Admit::Store
+        ));
+        // Near the store, the store is always asked.
+        let near = Leases::default();
+        near.observe_rtt(Duration::from_millis(1));
+        assert!(matches!(admit(&near, T0, 0, &metrics), Admit::Store));
+    }
+
+    #[test]
+    fn the_next_window_s_block_is_used_from_its_window_s_start() {
+        let metrics = LeaseMetrics::default();
+        let leases = far_leases();
+        assert!(matches!(admit(&leases, T0, 0, &metrics), Admit::Store));
+        let next_start = T0 + 40_000;
+        {
+            let shard = leases.shard(&id()).read();
+            let lease = find(&shard, &id(), SPEC).unwrap();
+            leases.deposit_next(lease, &block(2, 2), UnixMillis(next_start), &metrics);
+        }
+        // Not before its window begins.
+        assert!(matches!(
+            admit(&leases, next_start - 1, 0, &metrics),
+            Admit::Answered(_) | Admit::Store
+        ));
+        for _ in 0..2 {
+            match admit(&leases, next_start + 5, 0, &metrics) {
+                Admit::Local(o, taken_at) => {
+                    assert!(!o.over_limit && o.counted);
+                    assert_eq!(taken_at, UnixMillis(next_start));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // Spent, and known: refused here.
+        assert!(
+            matches!(admit(&leases, next_start + 6, 0, &metrics), Admit::Answered(o) if o.over_limit)
+        );
+    }
+
+    #[test]
+    fn cut_off_an_instance_admits_its_allowance_per_window_and_owes_it() {
+        let metrics = LeaseMetrics::default();
+        let leases = far_leases();
+        leases.set_reachable(false);
+        let admitted = |at: u64| {
+            (0..10)
+                .filter(|_| matches!(admit(&leases, at, 3, &metrics), Admit::Answered(o) if !o.over_limit))
+                .count()
+        };
+        // Three a window, whatever is asked.
+        assert_eq!(admitted(T0), 3);
+        assert_eq!(admitted(T0 + 1_000), 0);
+        assert_eq!(metrics.get(Fate::Credited).1, 3);
+        // A new window: three more; the last window's three wait to be
+        // charged to it.
+        assert_eq!(admitted(T0 + 40_000), 3);
+        let charges = leases.charges.lock().clone();
+        assert_eq!(charges.len(), 1);
+        assert_eq!(
+            (charges[0].hits, charges[0].at),
+            (3, UnixMillis(1_699_999_980_000))
+        );
+        let shard = leases.shard(&id()).read();
+        let held = find(&shard, &id(), SPEC).unwrap().held.lock();
+        assert_eq!(
+            (held.uncharged, held.credit_at),
+            (3, UnixMillis(1_700_000_040_000))
+        );
+    }
 }
