@@ -151,6 +151,8 @@ pub(super) struct Leases {
     /// The store's block fetches' round trip, µs: rises at once with a
     /// slower fetch, falls slowly.
     rtt_us: AtomicU64,
+    /// The path's own round trip, µs (`u64::MAX`: none measured yet).
+    floor_us: AtomicU64,
     /// The store did not answer the last fetch, settle or decision.
     unreachable: AtomicBool,
     /// Partition-allowance hits of windows ended before they were
@@ -172,6 +174,7 @@ impl Default for Leases {
             returning: Mutex::default(),
             tokens: (std::hash::RandomState::new(), AtomicU64::new(0)),
             rtt_us: AtomicU64::new(0),
+            floor_us: AtomicU64::new(u64::MAX),
             unreachable: AtomicBool::new(false),
             charges: Mutex::default(),
         }
@@ -330,7 +333,7 @@ impl Leases {
         if let Some(unused) = lease.drop_lapsed(&mut held, now, metrics) {
             self.lapsed.lock().push(unused);
         }
-        let want = held.want(lease.cap, self.rtt_ms());
+        let want = held.want(lease.cap, self.rtt_ms(), self.far());
         if held.left < hits {
             // The hits go to the store alone (or are answered here); the
             // background fetch takes the next block (one at a time per
@@ -456,12 +459,20 @@ impl Leases {
     }
 
     /// Whether the store is far: its fetches take over [`FAR_RTT_US`].
+    /// The path's own round trip (its floor, [`Leases::observe_rtt`]) is
+    /// what makes a store far, not a slow answer: a nearby Redis paused or
+    /// queued for a while stays nearby.
     pub(super) fn far(&self) -> bool {
-        self.rtt_us.load(Ordering::Relaxed) > FAR_RTT_US
+        let floor = self.floor_us.load(Ordering::Relaxed);
+        floor != u64::MAX && floor > FAR_RTT_US
     }
 
-    /// Records a fetch's round trip: a slower one counts at once (blocks
-    /// must cover it now), a faster one a sixteenth.
+    /// Records a round trip to the store (a fetch, or a decision). Blocks
+    /// are sized by a slower one at once (they must cover it now), by a
+    /// faster one a sixteenth of the way. The floor (the path's own round
+    /// trip, what makes the store far) falls to a faster one at once and
+    /// at most doubles with a slower one: one stalled answer from a nearby
+    /// Redis does not make it far, and a WAN's answers are never fast.
     pub(super) fn observe_rtt(&self, took: std::time::Duration) {
         let sample = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let _ = self
@@ -471,6 +482,15 @@ impl Leases {
                     sample
                 } else {
                     rtt - (rtt - sample) / 16
+                })
+            });
+        let _ = self
+            .floor_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |floor| {
+                Some(if floor == u64::MAX {
+                    sample
+                } else {
+                    sample.min(floor.saturating_mul(2).max(1))
                 })
             });
     }
@@ -497,7 +517,7 @@ impl Leases {
         metrics: &LeaseMetrics,
     ) {
         let mut held = lease.held.lock();
-        held.fetched_at = Some(taken_at);
+        held.fetched_at = held.fetched_at.max(Some(taken_at));
         if outcome.leased == 0 {
             // Nothing to hold, but what the store said is known: the
             // window's count and when it resets.
@@ -507,6 +527,29 @@ impl Leases {
             return;
         }
         metrics.record(Fate::Taken, 1, outcome.leased);
+        // A block of a window (or bucket) older than the one held: its
+        // answer came after the next window's block took over (a round
+        // trip across a window's turn). Never merged into the newer one:
+        // given back to its own window.
+        let windowed = matches!(
+            lease.spec,
+            Spec::FixedWindow { .. } | Spec::SlidingWindow(_)
+        );
+        if windowed
+            && held.left > 0
+            && taken_at < held.taken_at
+            && !held.same_period(&lease.spec, taken_at)
+        {
+            self.lapsed.lock().push(Unused {
+                id: lease.id.clone(),
+                spec: lease.spec,
+                hits: outcome.leased,
+                taken_at,
+                tat_us: 0,
+                token: 0,
+            });
+            return;
+        }
         if let Some(unused) = lease.drop_lapsed(&mut held, taken_at, metrics) {
             self.lapsed.lock().push(unused);
         }

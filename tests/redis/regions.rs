@@ -515,3 +515,69 @@ descriptors:
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_instance_bursts_beside_a_quota_shared_in_redis() {
+    // One rule file: 2 an hour per instance (`local`), 5 a day shared by
+    // every instance (the process-wide store, Redis).
+    let rules = "domain: d
+descriptors:
+  - key: client
+    rate_limits:
+      - {unit: hour, requests_per_unit: 2, store: local}
+      - {unit: day, requests_per_unit: 5}
+";
+    let redis = RedisServer::start();
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_URL", redis.addr()),
+    ];
+    let (one, two) = (
+        Floodgate::start_with_rules(rules, &env).await,
+        Floodgate::start_with_rules(rules, &env).await,
+    );
+    async fn three_codes(server: &Floodgate) -> Vec<i32> {
+        let mut client = server.client().await;
+        let mut codes = Vec::new();
+        for _ in 0..3 {
+            let answer = client
+                .should_rate_limit(request("d", &[&[("client", "c")]]))
+                .await
+                .unwrap()
+                .into_inner();
+            codes.push(answer.overall_code);
+        }
+        codes
+    }
+    // Each instance admits its own two; the third is over its own burst.
+    assert_eq!(three_codes(&one).await, [1, 1, 2]);
+    // The second instance's burst is its own: two more, until the shared
+    // quota of five (every hit counted, as the reference counts) is over.
+    assert_eq!(three_codes(&two).await, [1, 1, 2]);
+    let (_, body) = crate::support::floodgate::http_text(
+        two.http,
+        "POST",
+        "/explain",
+        br#"{"domain":"d","descriptors":[{"entries":[{"key":"client","value":"c"}]}]}"#,
+    )
+    .await;
+    let explained: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let windows: Vec<(String, u64)> = explained["descriptors"][0]["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["store"].as_str().unwrap().to_owned(),
+                w["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        windows,
+        [("local".to_owned(), 3), ("default".to_owned(), 6)],
+        "{body}"
+    );
+    one.stop().await;
+    two.stop().await;
+}

@@ -110,9 +110,9 @@ impl Held {
     /// A far store's ([`super::FAR_RTT_US`]) block is at least one hit:
     /// its hits are not asked for on the request path, so even a slow
     /// descriptor needs a block ahead.
-    pub(super) fn want(&self, cap: u64, round_trip_ms: u64) -> u64 {
+    pub(super) fn want(&self, cap: u64, round_trip_ms: u64, far: bool) -> u64 {
         let span = SPAN_MS.saturating_add(round_trip_ms.saturating_mul(2));
-        let floor = u64::from(round_trip_ms.saturating_mul(1_000) > super::FAR_RTT_US);
+        let floor = u64::from(far);
         (self.rate.saturating_mul(span) / 1_000).max(floor).min(cap)
     }
 

@@ -49,13 +49,13 @@ impl Leases {
         // While the store cannot settle them it cannot fetch either: none
         // is sent (so the unsettled never pile up).
         let reachable = self.settle(store, metrics).await;
-        let rtt_ms = self.rtt_ms();
+        let (rtt_ms, far) = (self.rtt_ms(), self.far());
         let wanted = std::mem::take(&mut *self.refills.lock());
         if !wanted.is_empty() {
             let mut fetches = Vec::with_capacity(wanted.len());
             let mut asked = Vec::with_capacity(wanted.len());
             for lease in wanted {
-                let want = lease.held.lock().want(lease.cap, rtt_ms);
+                let want = lease.held.lock().want(lease.cap, rtt_ms, far);
                 if want == 0 || closed || !reachable {
                     lease.refilling.store(false, Ordering::Release);
                     continue;
@@ -171,7 +171,7 @@ impl Leases {
                     .as_secs()
                     .saturating_add(window.reset_secs(now))
                     .saturating_mul(1_000);
-                let want = held.want(lease.cap, rtt_ms);
+                let want = held.want(lease.cap, rtt_ms, true);
                 if held.next.is_none()
                     && want > 0
                     && !held.quiet(now)
@@ -181,31 +181,35 @@ impl Leases {
                 }
             }
         }
-        let mut done = 0;
-        for (lease, want, at) in ahead {
-            let fetch = Fetch {
+        if ahead.is_empty() {
+            return 0;
+        }
+        // One round trip for every lease's next block.
+        let fetches: Vec<Fetch> = ahead
+            .iter()
+            .map(|(lease, want, at)| Fetch {
                 op: Op {
                     id: lease.id.clone(),
                     spec: lease.spec,
                     hits: 0,
-                    lease: Some(want),
+                    lease: Some(*want),
                 },
                 token: self.token(),
                 forget: None,
-                at,
-            };
-            match store.fetch(std::slice::from_ref(&fetch)).await {
-                Ok(outcomes) => {
-                    if let Some(outcome) = outcomes.first() {
-                        self.deposit_next(&lease, outcome, at, metrics);
-                        done += usize::from(outcome.leased > 0);
-                    }
+                at: *at,
+            })
+            .collect();
+        let mut done = 0;
+        match store.fetch(&fetches).await {
+            Ok(outcomes) => {
+                for ((lease, _, at), outcome) in ahead.iter().zip(&outcomes) {
+                    self.deposit_next(lease, outcome, *at, metrics);
+                    done += usize::from(outcome.leased > 0);
                 }
-                Err(_) => {
-                    self.set_reachable(false);
-                    self.unsettled.lock().push(fetch);
-                    break;
-                }
+            }
+            Err(_) => {
+                self.set_reachable(false);
+                self.unsettled.lock().extend(fetches);
             }
         }
         done

@@ -79,7 +79,7 @@ fn the_block_wanted_follows_the_rate_and_stays_under_the_cap() {
     let mut h = Held::default();
     // Cold: the first hits measure nothing yet.
     h.note(1, UnixMillis(T0));
-    assert_eq!(h.want(1_000, 0), 0);
+    assert_eq!(h.want(1_000, 0, false), 0);
     // A burst: QUICK_HITS hits in 10 ms is 6,400 per second, measured at
     // once; a block is SPAN_MS of it.
     for _ in 0..QUICK_HITS {
@@ -88,11 +88,11 @@ fn the_block_wanted_follows_the_rate_and_stays_under_the_cap() {
     h.note(1, UnixMillis(T0 + 11));
     // Averaged with the cold period before: about 3,200.
     assert!(h.rate >= 3_000, "rate {}", h.rate);
-    assert_eq!(h.want(1_000, 0), h.rate * SPAN_MS / 1_000);
-    assert_eq!(h.want(50, 0), 50);
+    assert_eq!(h.want(1_000, 0, false), h.rate * SPAN_MS / 1_000);
+    assert_eq!(h.want(50, 0, false), 50);
     // A quiet second: the rate starts over from what it measures.
     h.note(1, UnixMillis(T0 + 2_000));
-    assert_eq!(h.want(1_000, 0), 0);
+    assert_eq!(h.want(1_000, 0, false), 0);
 }
 
 #[test]
@@ -103,14 +103,14 @@ fn a_far_store_s_round_trips_make_blocks_cover_them() {
     };
     // 100 per second: 5 over the span alone, 21 with two 80 ms round
     // trips on top, never over the cap.
-    assert_eq!(h.want(1_000, 0), 5);
-    assert_eq!(h.want(1_000, 80), 21);
-    assert_eq!(h.want(10, 80), 10);
+    assert_eq!(h.want(1_000, 0, false), 5);
+    assert_eq!(h.want(1_000, 80, true), 21);
+    assert_eq!(h.want(10, 80, true), 10);
     // A far store's block is never empty: its hits are not asked for on
     // the request path.
     h.rate = 0;
-    assert_eq!(h.want(1_000, 80), 1);
-    assert_eq!(h.want(1_000, 10), 0);
+    assert_eq!(h.want(1_000, 80, true), 1);
+    assert_eq!(h.want(1_000, 10, false), 0);
 }
 
 #[test]
@@ -162,6 +162,20 @@ mod far {
         leases.observe_rtt(Duration::from_millis(80));
         assert!(leases.far() && leases.rtt_ms() == 80);
         leases
+    }
+
+    #[test]
+    fn a_stalled_answer_does_not_make_a_nearby_store_far() {
+        let leases = Leases::default();
+        leases.observe_rtt(Duration::from_micros(300));
+        // Redis paused for 10 s: blocks are sized for it, but it is near.
+        leases.observe_rtt(Duration::from_secs(10));
+        assert!(!leases.far());
+        assert_eq!(leases.rtt_ms(), 10_000);
+        // A WAN answers slowly every time: far after a few answers.
+        let wan = Leases::default();
+        wan.observe_rtt(Duration::from_millis(80));
+        assert!(wan.far());
     }
 
     fn block(leased: u64, after: u64) -> Outcome {
@@ -269,6 +283,38 @@ mod far {
         assert_eq!(
             (held.uncharged, held.credit_at),
             (3, UnixMillis(1_700_000_040_000))
+        );
+    }
+
+    #[test]
+    fn a_block_answered_after_its_window_turned_is_given_back_not_merged() {
+        let metrics = LeaseMetrics::default();
+        let leases = far_leases();
+        assert!(matches!(admit(&leases, T0, 0, &metrics), Admit::Store));
+        let next_start = T0 + 40_000;
+        {
+            let shard = leases.shard(&id()).read();
+            let lease = find(&shard, &id(), SPEC).unwrap();
+            leases.deposit_next(lease, &block(5, 5), UnixMillis(next_start), &metrics);
+        }
+        // The next window begins: its block is the one held.
+        assert!(matches!(
+            admit(&leases, next_start + 1, 0, &metrics),
+            Admit::Local(..)
+        ));
+        // A refill asked in the last window lands now: given back to it.
+        {
+            let shard = leases.shard(&id()).read();
+            let lease = find(&shard, &id(), SPEC).unwrap();
+            leases.deposit_block(lease, &block(7, 900), UnixMillis(next_start - 30), &metrics);
+            let held = lease.held.lock();
+            assert_eq!((held.left, held.taken_at), (4, UnixMillis(next_start)));
+        }
+        let lapsed = leases.lapsed.lock();
+        assert_eq!(lapsed.len(), 1);
+        assert_eq!(
+            (lapsed[0].hits, lapsed[0].taken_at),
+            (7, UnixMillis(next_start - 30))
         );
     }
 }
