@@ -1,4 +1,4 @@
-//! The stores rules name (`STORES_FILE`, and `local`), in the places the
+//! The stores rules name (the stores file's, and `local`), in the places the
 //! rules are loaded with and the limiter counts in: the named stores in
 //! name order at places 1, 2, …, then `local` (this instance's embedded
 //! store), which is the process-wide store itself when that is the

@@ -190,6 +190,11 @@ async fn the_page_shows_the_hot_descriptor_with_no_console_error_and_nothing_ext
         dom.contains("most limited") && dom.contains("serving"),
         "{dom}"
     );
+    // Every store rules count on, by name, and whether it is connected.
+    assert!(
+        dom.contains(r#"data-store="default""#) && dom.contains("store default: connected"),
+        "{dom}"
+    );
     // Five charts of the last 15 minutes, drawn from the server's history;
     // the request rate's has data (a peak above zero).
     for field in [
