@@ -68,6 +68,9 @@ const MAX_LEASES: usize = 65_536;
 /// A GCRA block is given back only while it stays valid this much longer
 /// (the give-back's own round trip); else it is stranded.
 const GCRA_GIVE_BACK_MARGIN_US: u64 = 1_000_000;
+/// Charges of ended windows kept while the store is unreachable, at most
+/// (one per leased descriptor and window cut off).
+const MAX_CHARGES: usize = MAX_LEASES;
 /// A store whose block fetches take longer than this is far (across a
 /// WAN): hits are not sent there on the request path when its state in the
 /// window is known. A Redis nearby answers in well under a millisecond, and
@@ -157,7 +160,7 @@ pub(super) struct Leases {
     unreachable: AtomicBool,
     /// Partition-allowance hits of windows ended before they were
     /// charged (those of a lease's current window wait in its block).
-    charges: Mutex<Vec<Charge>>,
+    charges: Mutex<std::collections::VecDeque<Charge>>,
 }
 
 impl Default for Leases {
@@ -413,12 +416,20 @@ impl Leases {
         if held.credit_at != start {
             // A new window: what the last one owes waits to be charged.
             if held.uncharged > 0 {
-                self.charges.lock().push(Charge {
+                let charge = Charge {
                     id: lease.id.clone(),
                     spec: lease.spec,
                     hits: std::mem::take(&mut held.uncharged),
                     at: held.credit_at,
-                });
+                };
+                let mut charges = self.charges.lock();
+                // Bounded through a long partition: past the bound the
+                // oldest windows' charges go (their windows are long over;
+                // only the window's total would have told them).
+                if charges.len() >= MAX_CHARGES {
+                    charges.pop_front();
+                }
+                charges.push_back(charge);
             }
             held.credit_at = start;
             held.credit_used = 0;

@@ -226,7 +226,7 @@ impl Leases {
             for lease in shard.read().values().flatten() {
                 let mut held = lease.held.lock();
                 if held.uncharged > 0 {
-                    due.push(Charge {
+                    due.push_back(Charge {
                         id: lease.id.clone(),
                         spec: lease.spec,
                         hits: std::mem::take(&mut held.uncharged),
