@@ -206,9 +206,10 @@ pub(crate) fn cap_of(spec: &Spec) -> u64 {
 }
 
 impl Lease {
-    /// A next window's block, fetched ahead at `at` and not used, to give
-    /// back to that window.
-    fn unused_next(&self, outcome: &Outcome, at: UnixMillis) -> Unused {
+    /// A window's whole block `outcome`, taken at `at` and never used
+    /// (fetched ahead, or answered after its window turned), to give back
+    /// to that window.
+    fn unused_block(&self, outcome: &Outcome, at: UnixMillis) -> Unused {
         Unused {
             id: self.id.clone(),
             spec: self.spec,
@@ -388,7 +389,7 @@ impl Leases {
         }
         held.next = None;
         if starts < current {
-            self.lapsed.lock().push(lease.unused_next(&outcome, at));
+            self.lapsed.lock().push(lease.unused_block(&outcome, at));
             return;
         }
         if let Some(unused) = lease.drop_lapsed(held, now, metrics) {
@@ -551,14 +552,9 @@ impl Leases {
             && taken_at < held.taken_at
             && !held.same_period(&lease.spec, taken_at)
         {
-            self.lapsed.lock().push(Unused {
-                id: lease.id.clone(),
-                spec: lease.spec,
-                hits: outcome.leased,
-                taken_at,
-                tat_us: 0,
-                token: 0,
-            });
+            self.lapsed
+                .lock()
+                .push(lease.unused_block(outcome, taken_at));
             return;
         }
         if let Some(unused) = lease.drop_lapsed(&mut held, taken_at, metrics) {

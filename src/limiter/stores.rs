@@ -5,12 +5,16 @@
 //! `failure_mode` for the limits on it alone.
 
 use super::lease::Leases;
-use super::{FailureMode, Limiter};
-use crate::algorithm::Outcome;
+use super::plan::{Pending, Plan, failure_outcome};
+use super::stage::Work;
+use super::{FailureMode, LimitError, Limiter};
+use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
 use crate::metrics::store::NamedStoreStats;
-use crate::store::{Batch, Store, StoreError};
+use crate::store::{Batch, CounterId, Store, StoreError};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 /// The name of the process-wide store.
 pub const DEFAULT_STORE: &str = "default";
@@ -169,5 +173,210 @@ impl<S: Store> Limiter<S> {
                     .and_then(|(_, outcomes)| outcomes.next())
             })
             .collect())
+    }
+}
+
+/// The store stage: each store asked for its part of a request.
+impl<S: Store> Limiter<S> {
+    /// Sends the batch (if any) in one round trip, by `deadline`: each
+    /// sent slot gets its outcome, or the failure policy's answer. With
+    /// operations on several stores, every store is asked at once; each
+    /// store's part is refused as a whole on its own
+    /// (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`), and a store that fails
+    /// answers by its own `failure_mode` for its limits alone.
+    ///
+    /// # Errors
+    ///
+    /// [`LimitError::Store`] when a store fails and its policy is `error`.
+    pub(super) async fn ask_store(
+        &self,
+        work: &mut Work,
+        plans: &[Plan<'_>],
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> Result<(), LimitError> {
+        if work.more.is_empty() {
+            if work.batch.is_empty() {
+                return Ok(());
+            }
+            let batch = std::mem::take(&mut work.batch);
+            let (ids, result) = self.call(0, batch, now, deadline).await;
+            return self.take_answers(work, plans, 0, &ids, result, now);
+        }
+        let mut parts = std::mem::take(&mut work.more);
+        if !work.batch.is_empty() {
+            parts.push((0, std::mem::take(&mut work.batch)));
+        }
+        let calls = parts
+            .into_iter()
+            .map(|(at, batch)| async move { (at, self.call(at, batch, now, deadline).await) });
+        let mut failed = None;
+        for (at, (ids, result)) in futures_util::future::join_all(calls).await {
+            if let Err(err) = self.take_answers(work, plans, at, &ids, result, now) {
+                failed.get_or_insert(err);
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One store's round trip: `batch` to the store at place `at`, with
+    /// the identities the local cache needs kept.
+    async fn call(
+        &self,
+        at: u8,
+        batch: Batch,
+        now: UnixMillis,
+        deadline: Option<Duration>,
+    ) -> (
+        Vec<(CounterId, Spec, u64)>,
+        Result<Vec<Outcome>, StoreError>,
+    ) {
+        // Identities are kept only when the local cache needs them (the
+        // process-wide store's).
+        let cached_ids: Vec<(CounterId, Spec, u64)> = match &self.local_cache {
+            Some(_) if at == 0 => batch
+                .ops
+                .iter()
+                .map(|op| (op.id.clone(), op.spec, op.hits))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let Some(store) = self.store_at(at) else {
+            return (
+                cached_ids,
+                Err(StoreError::Config {
+                    reason: "a rule names a store this instance does not have",
+                }),
+            );
+        };
+        // The embedded store answers in process: its calls are counted
+        // with no time, sparing two clock reads a request.
+        let started = (!store.store.in_process()).then(std::time::Instant::now);
+        // A child span of the call's when it is traced. The store keeps the
+        // caller's deadline (Redis: no timer per request).
+        let result =
+            crate::otel::store_round_trip(store.store.execute_within(batch, now, deadline)).await;
+        let elapsed = started.map_or(Duration::ZERO, |s| s.elapsed());
+        self.metrics.observe_store(elapsed);
+        if let Some(leases) = store.leases {
+            // Partition allowances start once the store stops answering.
+            // (A caller's deadline passing says nothing of the store.)
+            match &result {
+                Ok(_) => {
+                    leases.set_reachable(true);
+                    // A decision's round trip measures the store too: a
+                    // descriptor too slow for a block yet learns whether
+                    // the store is far (and so needs one).
+                    leases.observe_rtt(elapsed);
+                }
+                Err(StoreError::Timeout) => {}
+                Err(err) => leases.set_reachable(!err.is_transient()),
+            }
+        }
+        if let Some(stats) = store.stats {
+            stats.calls.fetch_add(1, Ordering::Relaxed);
+            if !elapsed.is_zero() {
+                let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+                stats.round_trip_us.fetch_add(us, Ordering::Relaxed);
+            }
+            if result.is_err() {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        (cached_ids, result)
+    }
+
+    /// The answers of the store at place `at` into its sent slots, or its
+    /// failure policy's.
+    fn take_answers(
+        &self,
+        work: &mut Work,
+        plans: &[Plan<'_>],
+        at: u8,
+        cached_ids: &[(CounterId, Spec, u64)],
+        result: Result<Vec<Outcome>, StoreError>,
+        now: UnixMillis,
+    ) -> Result<(), LimitError> {
+        match result {
+            Ok(results) => {
+                let sent = work.slots.iter_mut().filter(|s| s.sent && s.store == at);
+                for (slot, outcome) in sent.zip(results) {
+                    slot.outcome = Some(outcome);
+                }
+                self.cache_over_limit(&work.slots, at, cached_ids, now);
+                Ok(())
+            }
+            Err(err) => self.answer_by_failure_mode(err, work, plans, at, now),
+        }
+    }
+
+    /// Remembers the counters the store found over their limit, for the
+    /// local cache to answer until their window ends.
+    fn cache_over_limit(
+        &self,
+        slots: &[Pending],
+        at: u8,
+        ids: &[(CounterId, Spec, u64)],
+        now: UnixMillis,
+    ) {
+        let Some(cache) = &self.local_cache else {
+            return;
+        };
+        for (slot, (id, spec, hits)) in slots.iter().filter(|s| s.sent && s.store == at).zip(ids) {
+            // Only a counter really over its limit is cached: one that
+            // counted the hits, or a read of one already over. A refusal
+            // that counted nothing (stop-increment) leaves the counter below
+            // the limit, so later smaller requests must still be asked.
+            if slot
+                .outcome
+                .is_some_and(|o| o.over_limit && (o.counted || *hits == 0))
+            {
+                cache.insert(id, *spec, now);
+            }
+        }
+    }
+
+    /// The store at place `at` failed: logged (rate limited), counted, and
+    /// answered as its failure mode says.
+    fn answer_by_failure_mode(
+        &self,
+        err: StoreError,
+        work: &mut Work,
+        plans: &[Plan<'_>],
+        at: u8,
+        now: UnixMillis,
+    ) -> Result<(), LimitError> {
+        let store = self.store_at(at);
+        let mode = store.map_or(self.options.failure_mode, |s| s.failure_mode);
+        if let Some(suppressed) = self.failures.admit(err.kind(), now) {
+            tracing::warn!(
+                error = &err as &dyn std::error::Error,
+                rl.store = self.store_name(at),
+                rl.failure_mode = ?mode,
+                suppressed,
+                "store unavailable; answering by failure mode"
+            );
+        }
+        let over = match mode {
+            FailureMode::Error => {
+                self.metrics.record_store_error(false);
+                return Err(LimitError::Store(err));
+            }
+            FailureMode::Allow => false,
+            FailureMode::Deny => true,
+        };
+        self.metrics.record_store_error(true);
+        if let Some(stats) = store.and_then(|s| s.stats) {
+            stats.failure_mode_answers.fetch_add(1, Ordering::Relaxed);
+        }
+        for slot in work.slots.iter_mut().filter(|s| s.sent && s.store == at) {
+            if let Some(Plan::Limited { limits, .. }) = plans.get(slot.plan) {
+                // The slot's base limit, or the last one.
+                if let Some(limit) = limits.get(slot.base).or(limits.last()) {
+                    slot.outcome = Some(failure_outcome(limit, over));
+                }
+            }
+        }
+        Ok(())
     }
 }

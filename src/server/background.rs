@@ -87,7 +87,7 @@ pub(super) fn spawn_background(
         tracker.spawn(async move {
             let mut poll = tokio::time::interval(STORE_HEALTH_POLL);
             poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut was: Vec<Option<bool>> = Vec::new();
+            let mut was: Vec<Option<bool>> = vec![None; limiter.named_stores().count()];
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
@@ -97,9 +97,6 @@ pub(super) fn spawn_background(
                     let up = store.is_ready() && store.answers().await;
                     if let Some(stats) = limiter.metrics().stores.get(at) {
                         stats.up.store(up, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    if was.len() <= i {
-                        was.push(None);
                     }
                     let Some(last) = was.get_mut(i) else { continue };
                     if *last != Some(up) {

@@ -24,6 +24,7 @@
 mod error;
 mod keys;
 mod rate_limit;
+mod store;
 mod table;
 #[cfg(test)]
 mod tests;

@@ -142,14 +142,8 @@ impl Held {
             return false;
         };
         match spec {
-            Spec::FixedWindow { window, .. } => window.window_start(now) == window.window_start(at),
-            Spec::SlidingWindow(sw) => sw
-                .series()
-                .as_slice()
-                .iter()
-                .all(|s| s.current_start(now) == s.current_start(at)),
             Spec::Gcra(_) => now.0.saturating_sub(at.0) < 1_000 && at <= now,
-            Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
+            _ => one_period(spec, now, at),
         }
     }
 
@@ -174,17 +168,7 @@ impl Held {
     /// (sliding) of the block held: hits counted at `at` are counted where
     /// the block's are. Never for the other algorithms.
     pub(super) fn same_period(&self, spec: &Spec, at: UnixMillis) -> bool {
-        match spec {
-            Spec::FixedWindow { window, .. } => {
-                window.window_start(at) == window.window_start(self.taken_at)
-            }
-            Spec::SlidingWindow(sw) => sw
-                .series()
-                .as_slice()
-                .iter()
-                .all(|s| s.current_start(at) == s.current_start(self.taken_at)),
-            Spec::Gcra(_) | Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
-        }
+        one_period(spec, at, self.taken_at)
     }
 
     /// Whether hits of the block held may be admitted at `now`, with
@@ -201,5 +185,19 @@ impl Held {
             }
             Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
         }
+    }
+}
+
+/// Whether `a` and `b` fall in one window (fixed) or in one bucket of every
+/// series (sliding). Never for the other algorithms.
+fn one_period(spec: &Spec, a: UnixMillis, b: UnixMillis) -> bool {
+    match spec {
+        Spec::FixedWindow { window, .. } => window.window_start(a) == window.window_start(b),
+        Spec::SlidingWindow(sw) => sw
+            .series()
+            .as_slice()
+            .iter()
+            .all(|s| s.current_start(a) == s.current_start(b)),
+        Spec::Gcra(_) | Spec::SlidingLog(_) | Spec::Concurrency(_) => false,
     }
 }

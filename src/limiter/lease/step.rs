@@ -112,7 +112,7 @@ impl Leases {
                     unused.extend(lease.take_unused(&mut held, now, metrics));
                     // A next window's block fetched ahead goes back too.
                     if let Some((outcome, at)) = held.next.take() {
-                        unused.push(lease.unused_next(&outcome, at));
+                        unused.push(lease.unused_block(&outcome, at));
                     }
                 }
                 forget |= quiet && held.left == 0;
