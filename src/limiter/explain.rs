@@ -381,6 +381,7 @@ impl<S: Store> Limiter<S> {
         Shedding {
             failure_mode: self.options.failure_mode,
             deadline_total: self.metrics.shed(),
+            queue_total: self.metrics.shed_queue(),
         }
     }
 }

@@ -178,7 +178,7 @@ impl Metrics {
             decisions,
             over_limit,
             store_errors: self.store_errors.load(Relaxed),
-            shed: self.shed.load(Relaxed),
+            shed: self.shed.load(Relaxed) + self.shed_queue.load(Relaxed),
             latency,
             latency_count,
         }

@@ -161,6 +161,9 @@ pub struct Metrics {
     /// Requests shed: their caller's deadline passed before they were
     /// served (`reason="deadline"`).
     shed: AtomicU64,
+    /// Requests shed at admission, before they were decoded, because the
+    /// wait for a thread would have made them late (`reason="queue"`).
+    shed_queue: AtomicU64,
     in_flight: Gauge,
     request_latency: Histogram,
     store_latency: Histogram,
@@ -204,6 +207,7 @@ impl Metrics {
             store_errors: AtomicU64::new(0),
             failure_mode_answers: AtomicU64::new(0),
             shed: AtomicU64::new(0),
+            shed_queue: AtomicU64::new(0),
             in_flight: Gauge::default(),
             request_latency: Histogram::default(),
             store_latency: Histogram::default(),
@@ -371,9 +375,20 @@ impl Metrics {
         self.shed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Requests shed so far.
+    /// Requests shed so far because their deadline had passed.
     pub fn shed(&self) -> u64 {
         self.shed.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request shed at admission: the wait for a thread would
+    /// have made it late.
+    pub fn record_shed_queue(&self) {
+        self.shed_queue.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests shed at admission so far.
+    pub fn shed_queue(&self) -> u64 {
+        self.shed_queue.load(Ordering::Relaxed)
     }
 
     /// Counts a request that failed (bad request or store failure).

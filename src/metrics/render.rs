@@ -162,8 +162,9 @@ impl Metrics {
         self.lease.render(&mut out);
         let _ = writeln!(
             out,
-            "# HELP ratelimit_shed_total Requests answered by FAILURE_MODE at once, uncounted, because their caller's deadline passed before they were served.\n# TYPE ratelimit_shed_total counter\nratelimit_shed_total{{reason=\"deadline\"}} {}",
-            self.shed.load(Ordering::Relaxed)
+            "# HELP ratelimit_shed_total Requests answered by FAILURE_MODE at once, uncounted, because their caller's deadline passed (deadline) or the wait for a thread would have made them late (queue).\n# TYPE ratelimit_shed_total counter\nratelimit_shed_total{{reason=\"deadline\"}} {}\nratelimit_shed_total{{reason=\"queue\"}} {}",
+            self.shed.load(Ordering::Relaxed),
+            self.shed_queue.load(Ordering::Relaxed)
         );
         self.admin.render(&mut out);
         self.table.render(&mut out);

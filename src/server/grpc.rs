@@ -13,6 +13,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
+use crate::server::admit::{Backlog, parse_grpc_timeout};
 use crate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,8 @@ pub(crate) struct RlsService {
     /// `grpc-timeout`, parsed once: a name given as text is parsed and
     /// checked on every lookup.
     timeout_key: MetadataKey<Ascii>,
+    /// Where each call's wait for a thread is published, for admission.
+    backlog: Arc<Backlog>,
 }
 
 impl RlsService {
@@ -36,7 +39,14 @@ impl RlsService {
             limiter,
             tracer: None,
             timeout_key: MetadataKey::from_static("grpc-timeout"),
+            backlog: Arc::new(Backlog::new(std::time::Instant::now())),
         }
+    }
+
+    /// Publishes each call's wait for a thread to `backlog`.
+    pub(crate) fn with_backlog(mut self, backlog: Arc<Backlog>) -> Self {
+        self.backlog = backlog;
+        self
     }
 
     /// Spans every call with `tracer`, when given.
@@ -79,14 +89,17 @@ impl RateLimitService for RlsService {
         let timeout = request
             .metadata()
             .get(&self.timeout_key)
-            .and_then(|v| v.to_str().ok())
-            .and_then(parse_grpc_timeout);
+            .and_then(|v| parse_grpc_timeout(v.as_bytes()));
         // The time the request already waited its turn counts against the
         // caller's deadline.
-        let waited = request
-            .extensions()
-            .get::<Arrival>()
-            .map_or(Duration::ZERO, |a| a.0.elapsed());
+        let waited = match request.extensions().get::<Arrival>() {
+            Some(arrival) => {
+                let waited = arrival.0.elapsed();
+                self.backlog.observe(arrival.0, waited);
+                waited
+            }
+            None => Duration::ZERO,
+        };
         let deadline = timeout.map(|timeout| store_deadline(timeout, waited));
         let request = match request_from_proto(request.into_inner()) {
             Ok(request) => request,
@@ -151,26 +164,6 @@ pub(crate) fn undecodable_is_invalid_argument(
             .insert(&GRPC_STATUS, HeaderValue::from_static("3"));
     }
     response
-}
-
-/// Parses a `grpc-timeout` header: at most 8 digits and a unit (`H`, `M`,
-/// `S`, `m`, `u`, `n`); `None` when malformed.
-fn parse_grpc_timeout(text: &str) -> Option<Duration> {
-    let split = text.len().checked_sub(1)?;
-    let (digits, unit) = (text.get(..split)?, text.get(split..)?);
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3_600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
 }
 
 /// The store's share of a caller's `timeout` once the request has
@@ -363,17 +356,20 @@ mod tests {
 
     #[test]
     fn grpc_timeouts_parse_and_keep_a_margin() {
-        assert_eq!(parse_grpc_timeout("20m"), Some(Duration::from_millis(20)));
-        assert_eq!(parse_grpc_timeout("1S"), Some(Duration::from_secs(1)));
-        assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3_600)));
-        assert_eq!(parse_grpc_timeout("500u"), Some(Duration::from_micros(500)));
+        assert_eq!(parse_grpc_timeout(b"20m"), Some(Duration::from_millis(20)));
+        assert_eq!(parse_grpc_timeout(b"1S"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_grpc_timeout(b"2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3_600)));
         assert_eq!(
-            parse_grpc_timeout("99999999n"),
+            parse_grpc_timeout(b"500u"),
+            Some(Duration::from_micros(500))
+        );
+        assert_eq!(
+            parse_grpc_timeout(b"99999999n"),
             Some(Duration::from_nanos(99_999_999))
         );
         for bad in ["", "m", "123456789m", "12x", "-1S", "1.5S", "é"] {
-            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+            assert_eq!(parse_grpc_timeout(bad.as_bytes()), None, "{bad:?}");
         }
         assert_eq!(
             store_deadline(Duration::from_millis(20), Duration::ZERO),

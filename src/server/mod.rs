@@ -12,6 +12,7 @@
 //! cancelled and awaited.
 
 mod access;
+mod admit;
 mod aged;
 mod background;
 use tokio_stream::StreamExt as _;
@@ -178,6 +179,15 @@ pub async fn serve_with_debug(
         .max_connection_age
         .zip(options.max_connection_age_grace)
         .map(|(age, grace)| age.saturating_add(grace));
+    // Calls shed as they arrive when the wait for a thread would make
+    // them late (see admit/mod.rs); the handler publishes the wait.
+    let backlog = Arc::new(admit::Backlog::new(std::time::Instant::now()));
+    let admission = Arc::new(admit::Admission::new(
+        backlog.clone(),
+        limiter.shedding().failure_mode,
+        &crate::limiter::LimitError::Shed.to_string(),
+        limiter.metrics().clone(),
+    ));
     let router = builder
         .layer(tower::util::MapResponseLayer::new(
             grpc::undecodable_is_invalid_argument,
@@ -188,7 +198,9 @@ pub async fn serve_with_debug(
         .add_service(reflection_v1alpha)
         .add_service(
             RateLimitServiceServer::new(
-                grpc::RlsService::new(limiter.clone()).with_tracer(options.tracer.clone()),
+                grpc::RlsService::new(limiter.clone())
+                    .with_tracer(options.tracer.clone())
+                    .with_backlog(backlog),
             )
             .max_decoding_message_size(options.max_request_bytes),
         )
@@ -208,13 +220,25 @@ pub async fn serve_with_debug(
             (GrpcListener::Tcp(listener), Some(config)) => {
                 let (incoming, accept_loop) = tls::incoming(listener, config, draining.clone());
                 tracker.spawn(accept_loop.instrument(info_span!("grpc_tls_accept")));
-                let incoming = incoming.map(move |tls| tls.map(|io| aged::Aged::new(io, lifetime)));
+                let incoming = incoming.map(move |tls| {
+                    tls.map(|io| {
+                        aged::Aged::new(admit::Admitted::new(io, admission.clone()), lifetime)
+                    })
+                });
                 Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
             }
             (GrpcListener::Tcp(listener), None) => {
-                let incoming = TcpIncoming::from(listener)
-                    .with_nodelay(Some(true))
-                    .map(move |tcp| tcp.map(|io| aged::Aged::new(io, lifetime)));
+                let incoming =
+                    TcpIncoming::from(listener)
+                        .with_nodelay(Some(true))
+                        .map(move |tcp| {
+                            tcp.map(|io| {
+                                aged::Aged::new(
+                                    admit::Admitted::new(io, admission.clone()),
+                                    lifetime,
+                                )
+                            })
+                        });
                 Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
             }
             // Settings refuse TLS on a unix socket (GRPC_UDS), as a peer on
@@ -224,7 +248,11 @@ pub async fn serve_with_debug(
                 // authority is served (see uds.rs).
                 let incoming =
                     tokio_stream::wrappers::UnixListenerStream::new(listener).map(move |unix| {
-                        unix.map(|io| aged::Aged::new(uds::Rewritten::new(io), lifetime))
+                        unix.map(|io| {
+                            let io =
+                                admit::Admitted::new(uds::Rewritten::new(io), admission.clone());
+                            aged::Aged::new(io, lifetime)
+                        })
                     });
                 Box::pin(router.serve_with_incoming_shutdown(incoming, grpc_stop))
             }

@@ -20,6 +20,10 @@
 //! pass through untouched, streamed. What the server writes back is not
 //! touched. TCP connections never come here.
 
+use super::admit::{
+    CONTINUATION, END_HEADERS, END_STREAM, FRAME_HEAD, HEADERS, fragment, frame_head, give,
+    write_block,
+};
 use axum::http::uri::Authority;
 use std::io;
 use std::pin::Pin;
@@ -29,17 +33,6 @@ use tonic::transport::server::Connected;
 
 /// The client connection preface (RFC 9113 §3.4).
 const PREFACE_LEN: usize = 24;
-/// A frame's header: length (24 bits), type, flags, stream id.
-const FRAME_HEAD: usize = 9;
-const HEADERS: u8 = 0x1;
-const CONTINUATION: u8 = 0x9;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
-/// The largest frame every HTTP/2 peer accepts (SETTINGS_MAX_FRAME_SIZE's
-/// least value): re-encoded blocks are cut to it.
-const MAX_FRAME: usize = 16_384;
 /// A header block (all its frames) larger than this closes the
 /// connection: the server's own header list limit is far below it.
 const MAX_BLOCK: usize = 1 << 20;
@@ -164,9 +157,7 @@ impl<IO> Rewritten<IO> {
                     let Some(head) = rest.first_chunk::<FRAME_HEAD>() else {
                         break;
                     };
-                    let [l0, l1, l2, kind, flags, s0, s1, s2, s3] = *head;
-                    let len = usize::from(l0) << 16 | usize::from(l1) << 8 | usize::from(l2);
-                    let stream = u32::from_be_bytes([s0, s1, s2, s3]) & 0x7fff_ffff;
+                    let (len, kind, flags, stream) = frame_head(*head);
                     if kind != HEADERS && kind != CONTINUATION {
                         self.out.extend_from_slice(head);
                         *at += FRAME_HEAD;
@@ -200,18 +191,9 @@ impl<IO> Rewritten<IO> {
             if self.block.is_some() {
                 return Err(BlockError::Malformed);
             }
-            let (pad, body) = if flags & PADDED != 0 {
-                let (&pad, body) = payload.split_first().ok_or(BlockError::Malformed)?;
-                (usize::from(pad), body)
-            } else {
-                (0, payload)
-            };
-            let body = body
-                .get(..body.len().checked_sub(pad).ok_or(BlockError::Malformed)?)
-                .ok_or(BlockError::Malformed)?;
-            // The priority fields (deprecated, RFC 9113 §5.3.2) are dropped.
-            let skip = if flags & PRIORITY != 0 { 5 } else { 0 };
-            let fragment = body.get(skip..).ok_or(BlockError::Malformed)?;
+            // Padding and the priority fields (deprecated, RFC 9113
+            // §5.3.2) are dropped.
+            let fragment = fragment(flags, payload).ok_or(BlockError::Malformed)?;
             self.block = Some(Block {
                 stream,
                 end_stream: flags & END_STREAM != 0,
@@ -236,7 +218,7 @@ impl<IO> Rewritten<IO> {
             return Err(BlockError::Malformed);
         };
         let encoded = self.reencode(&block.fragment)?;
-        write_block(&mut self.out, &block, &encoded);
+        write_block(&mut self.out, block.stream, block.end_stream, &encoded);
         Ok(())
     }
 
@@ -275,34 +257,6 @@ fn push_string(out: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes `encoded` as `block`'s HEADERS frame and as many CONTINUATION
-/// frames as [`MAX_FRAME`] needs.
-fn write_block(out: &mut Vec<u8>, block: &Block, encoded: &[u8]) {
-    let mut chunks = encoded.chunks(MAX_FRAME).peekable();
-    let mut first = true;
-    loop {
-        let chunk = chunks.next().unwrap_or_default();
-        let last = chunks.peek().is_none();
-        let (kind, mut flags) = if first {
-            (HEADERS, if block.end_stream { END_STREAM } else { 0 })
-        } else {
-            (CONTINUATION, 0)
-        };
-        if last {
-            flags |= END_HEADERS;
-        }
-        // At most MAX_FRAME: fits the 24-bit length.
-        let len = u32::try_from(chunk.len()).unwrap_or(0).to_be_bytes();
-        out.extend_from_slice(&[len[1], len[2], len[3], kind, flags]);
-        out.extend_from_slice(&block.stream.to_be_bytes());
-        out.extend_from_slice(chunk);
-        first = false;
-        if last {
-            return;
-        }
-    }
-}
-
 impl<IO: AsyncRead + Unpin> AsyncRead for Rewritten<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -311,15 +265,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Rewritten<IO> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
-            let ready = this.out.get(this.out_at..).unwrap_or_default();
-            if !ready.is_empty() {
-                let n = ready.len().min(buf.remaining());
-                buf.put_slice(ready.get(..n).unwrap_or_default());
-                this.out_at += n;
-                if this.out_at == this.out.len() {
-                    this.out.clear();
-                    this.out_at = 0;
-                }
+            if give(&mut this.out, &mut this.out_at, buf) {
                 return Poll::Ready(Ok(()));
             }
             if this.eof {
@@ -390,6 +336,7 @@ impl<IO: Connected> Connected for Rewritten<IO> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::admit::{MAX_FRAME, PADDED, PRIORITY};
 
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

@@ -27,9 +27,15 @@ async fn ask(server: &Floodgate, key: &str, timeout: Option<&str>) -> Answer {
 }
 
 fn shed_total(metrics: &str) -> u64 {
+    shed_by(metrics, "deadline")
+}
+
+/// `ratelimit_shed_total{reason}`.
+fn shed_by(metrics: &str, reason: &str) -> u64 {
+    let prefix = format!("ratelimit_shed_total{{reason=\"{reason}\"}} ");
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix("ratelimit_shed_total{reason=\"deadline\"} "))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse().ok())
         .expect("ratelimit_shed_total in /metrics")
 }
@@ -142,7 +148,7 @@ async fn a_burst_of_40000_streams_is_answered_whole_and_counts_only_decisions() 
         "{decided} decided, {shed} shed"
     );
     let metrics = get(server.http, "/metrics").await.body;
-    assert_eq!(shed_total(&metrics), shed);
+    assert_eq!(shed_total(&metrics) + shed_by(&metrics, "queue"), shed);
     server.stop().await;
 }
 
@@ -186,5 +192,114 @@ async fn explain_and_history_show_the_requests_shed() {
     let history: serde_json::Value = serde_json::from_str(&history.body).unwrap();
     let shed_per_second = history["last_minute"]["shed_per_second"].as_f64();
     assert!(shed_per_second.is_some_and(|s| s > 0.0), "{history}");
+    server.stop().await;
+}
+
+/// Calls shed at admission never reach HTTP/2's own flow control, so
+/// admission gives their request bytes back to the client's window itself:
+/// on one connection whose window is 64 KiB, a client that keeps to the
+/// window sends 120 shed calls of 2 KiB each (four windows' worth), every
+/// one answered with its failure mode's answer, then a call served and
+/// counted once. Each call's header block adds to the HPACK table (a fresh
+/// encoder per call), so the served call also proves h2 decodes blocks
+/// after ones it never saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_gives_the_window_of_shed_calls_back_and_serves_the_next() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Floodgate::start(&[("GRPC_CONNECTION_WINDOW_BYTES", "65535".to_owned())]).await;
+    let big = "v".repeat(2_048);
+    let shed_message = request("edge", &[&[("log", big.as_str())]]).encode_to_vec();
+    let served_message = request("edge", &[&[("log", "next")]]).encode_to_vec();
+    let mut conn = TcpStream::connect(server.grpc_addr()).await.unwrap();
+    let mut start = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    start.extend(crate::support::h2raw::frame(0x4, 0, 0, &[]));
+    conn.write_all(&start).await.unwrap();
+    let mut window: i64 = 65_535;
+    let mut decoder = loona_hpack::Decoder::new();
+    // Reads one frame: its stream's grpc-status when a header block ends
+    // the stream; window updates and SETTINGS handled.
+    async fn frame_in(
+        conn: &mut TcpStream,
+        window: &mut i64,
+        decoder: &mut loona_hpack::Decoder<'static>,
+    ) -> Option<(u32, String)> {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).await.unwrap();
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload).await.unwrap();
+        match head[3] {
+            0x4 if head[4] & 1 == 0 => {
+                let ack = crate::support::h2raw::frame(0x4, 1, 0, &[]);
+                conn.write_all(&ack).await.unwrap();
+            }
+            0x8 if stream == 0 => {
+                *window += i64::from(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+            }
+            0x1 => {
+                let headers = decoder.decode(&payload).unwrap();
+                let status = headers
+                    .iter()
+                    .find(|(n, _)| n == b"grpc-status")
+                    .map(|(_, v)| String::from_utf8(v.clone()).unwrap());
+                if head[4] & 1 != 0 {
+                    return Some((stream, status.unwrap_or_default()));
+                }
+            }
+            0x3 => panic!("stream {stream} reset"),
+            _ => {}
+        }
+        None
+    }
+    let exchange = async {
+        for n in 0..121u32 {
+            let stream = 2 * n + 1;
+            let (timeout, message) = if n < 120 {
+                ("1n", &shed_message)
+            } else {
+                ("10S", &served_message)
+            };
+            let call = call_with(
+                stream,
+                RLS,
+                "localhost",
+                &[("grpc-timeout", timeout)],
+                message,
+            );
+            let data = i64::try_from(message.len() + 5).unwrap();
+            while window < data {
+                frame_in(&mut conn, &mut window, &mut decoder).await;
+            }
+            window -= data;
+            conn.write_all(&call).await.unwrap();
+            loop {
+                if let Some((answered, status)) =
+                    frame_in(&mut conn, &mut window, &mut decoder).await
+                {
+                    assert_eq!(answered, stream);
+                    let want = if n < 120 { "8" } else { "0" };
+                    assert_eq!(status, want, "call {n}");
+                    break;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .expect("every call answered: the shed calls' window came back");
+    let metrics = get(server.http, "/metrics").await.body;
+    assert_eq!(shed_total(&metrics), 120);
+    let explained = post_json(
+        server.http,
+        "/explain",
+        r#"{"domain":"edge","descriptors":[{"entries":[{"key":"log","value":"next"}]}]}"#,
+    )
+    .await;
+    let explained: serde_json::Value = serde_json::from_str(&explained.body).unwrap();
+    assert_eq!(
+        explained["descriptors"][0]["windows"][0]["remaining"], 9_999,
+        "{explained}"
+    );
     server.stop().await;
 }

@@ -28,6 +28,9 @@ pub struct Shedding {
     /// Requests shed since the process started because their caller's
     /// deadline had passed (`ratelimit_shed_total{reason="deadline"}`).
     pub deadline_total: u64,
+    /// Requests shed at admission because the wait for a thread would
+    /// have made them late (`ratelimit_shed_total{reason="queue"}`).
+    pub queue_total: u64,
 }
 
 /// How one request entry was matched.

@@ -28,9 +28,11 @@ struct JsonExplanation {
 }
 
 /// The rule `shedding.rule` states.
-const SHEDDING_RULE: &str = "a gRPC request whose grpc-timeout has passed when it is served \
-(less a tenth of it, at most 50 ms, kept back to answer) is answered by FAILURE_MODE at once \
-and counts nothing";
+const SHEDDING_RULE: &str = "a ShouldRateLimit call is answered by FAILURE_MODE at once, \
+counting nothing, when it arrives and twice the wait for a thread (and a tenth of its \
+grpc-timeout) would not fit in its grpc-timeout (queue; without one, past a 1 s wait), or \
+when its grpc-timeout has passed by the time it is served, less a tenth of it, at most \
+50 ms, kept back to answer (deadline)";
 
 /// How requests are shed now, and how many were.
 #[derive(Debug, Serialize)]
@@ -47,6 +49,7 @@ struct JsonShedding {
 #[derive(Debug, Serialize)]
 struct JsonShedTotal {
     deadline: u64,
+    queue: u64,
 }
 
 impl From<Shedding> for JsonShedding {
@@ -62,6 +65,7 @@ impl From<Shedding> for JsonShedding {
             answer,
             shed_total: JsonShedTotal {
                 deadline: shedding.deadline_total,
+                queue: shedding.queue_total,
             },
         }
     }
@@ -301,6 +305,7 @@ mod tests {
             serde_json::to_value(JsonShedding::from(Shedding {
                 failure_mode,
                 deadline_total: 7,
+                queue_total: 3,
             }))
             .unwrap()
         };
@@ -308,10 +313,13 @@ mod tests {
         assert_eq!(error["failureMode"], "error");
         assert_eq!(error["answer"], "RESOURCE_EXHAUSTED");
         assert_eq!(error["shedTotal"]["deadline"], 7);
+        assert_eq!(error["shedTotal"]["queue"], 3);
         assert!(
-            error["rule"].as_str().is_some_and(
-                |r| r.contains("grpc-timeout has passed") && r.contains("counts nothing")
-            ),
+            error["rule"]
+                .as_str()
+                .is_some_and(|r| r.contains("grpc-timeout has passed")
+                    && r.contains("counting nothing")
+                    && r.contains("wait for a thread")),
             "{error}"
         );
         assert_eq!(json(FailureMode::Allow)["answer"], "OK");
