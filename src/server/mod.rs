@@ -179,11 +179,15 @@ pub async fn serve_with_debug(
         .max_connection_age
         .zip(options.max_connection_age_grace)
         .map(|(age, grace)| age.saturating_add(grace));
-    // Calls shed as they arrive when the wait for a thread would make
-    // them late (see admit/mod.rs); the handler publishes the wait.
-    let backlog = Arc::new(admit::Backlog::new(std::time::Instant::now()));
+    // Calls shed as they arrive when the time calls now take would make
+    // them late (see admit/mod.rs): the wait for a thread, which the
+    // handler measures, and the time from read to answer, which each
+    // connection measures.
+    let epoch = std::time::Instant::now();
+    let waits = Arc::new(admit::Backlog::new(epoch));
     let admission = Arc::new(admit::Admission::new(
-        backlog.clone(),
+        waits.clone(),
+        Arc::new(admit::Backlog::new(epoch)),
         limiter.shedding().failure_mode,
         &crate::limiter::LimitError::Shed.to_string(),
         limiter.metrics().clone(),
@@ -200,7 +204,7 @@ pub async fn serve_with_debug(
             RateLimitServiceServer::new(
                 grpc::RlsService::new(limiter.clone())
                     .with_tracer(options.tracer.clone())
-                    .with_backlog(backlog),
+                    .with_backlog(waits),
             )
             .max_decoding_message_size(options.max_request_bytes),
         )

@@ -1,5 +1,5 @@
-//! How long calls wait for a thread, as the handler last measured it, for
-//! admission to read on every new call.
+//! A time calls take (the wait for a thread, or from read to answer), as
+//! last measured, for admission to read on every new call.
 
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,7 @@ const WAIT_MASK: u64 = (1 << WAIT_BITS) - 1;
 const CHANGE_US: u64 = 250;
 const REFRESH_MS: u64 = 10;
 
-/// The last wait for a thread a call reported, and when.
+/// The last time a call took, and when it was measured.
 #[derive(Debug)]
 pub(crate) struct Backlog {
     epoch: Instant,
@@ -31,7 +31,8 @@ impl Backlog {
         }
     }
 
-    /// A call that arrived at `arrival` waited `waited` for its thread.
+    /// A call that started at `arrival` took `waited` (to its thread, or
+    /// to its answer).
     pub(crate) fn observe(&self, arrival: Instant, waited: Duration) {
         let at_ms = u64::try_from(
             (arrival + waited)

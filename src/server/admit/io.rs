@@ -3,15 +3,21 @@
 //! the socket between h2's own frames, never inside one.
 
 use super::Admission;
-use super::answer::{FRAME_HEAD, frame_head, give};
+use super::answer::{DATA, END_STREAM, FRAME_HEAD, HEADERS, frame_head, give};
 use super::read::Reader;
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 
+/// Calls timed per connection at most (the oldest are forgotten).
+const MAX_OPEN: usize = 4_096;
+/// How far into the timed calls an answer is looked for.
+const OPEN_SEARCH: usize = 16;
 /// Reads from the socket per call of `poll_read`, at most, before the
 /// task yields when everything read was shed (so a flood of shed calls
 /// on one connection does not hold its thread).
@@ -36,6 +42,11 @@ pub(crate) struct Admitted<IO> {
     h2_left: usize,
     head: [u8; FRAME_HEAD],
     head_have: usize,
+    /// `ShouldRateLimit` streams passed to h2 and not answered yet, with
+    /// when they were read: their answers' times are the backlog.
+    open: VecDeque<(u32, Instant)>,
+    /// Streams whose answer ended in what h2 last wrote.
+    ended: Vec<u32>,
 }
 
 impl<IO> std::fmt::Debug for Admitted<IO> {
@@ -62,6 +73,8 @@ impl<IO> Admitted<IO> {
             h2_left: 0,
             head: [0; FRAME_HEAD],
             head_have: 0,
+            open: VecDeque::new(),
+            ended: Vec::new(),
         }
     }
 
@@ -84,9 +97,52 @@ impl<IO> Admitted<IO> {
             self.head_have += n;
             written = written.get(n..).unwrap_or_default();
             if self.head_have == FRAME_HEAD {
-                self.h2_left = frame_head(self.head).0;
+                let (len, kind, flags, stream) = frame_head(self.head);
+                if flags & END_STREAM != 0
+                    && (kind == HEADERS || kind == DATA)
+                    && !self.open.is_empty()
+                {
+                    self.ended.push(stream);
+                }
+                self.h2_left = len;
                 self.head_have = 0;
             }
+        }
+    }
+
+    /// Times the answers h2 just wrote to calls admission let through: how
+    /// long from read to answer is what admission weighs deadlines against.
+    fn answered(&mut self) {
+        if self.ended.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for stream in self.ended.drain(..) {
+            // Answers leave nearly in order: only the oldest few are looked at.
+            let found = self
+                .open
+                .iter()
+                .take(OPEN_SEARCH)
+                .position(|(s, _)| *s == stream);
+            if let Some((_, read)) = found.and_then(|i| self.open.remove(i)) {
+                self.admission
+                    .backlog
+                    .observe(read, now.saturating_duration_since(read));
+            }
+        }
+    }
+
+    /// Starts timing the calls the last read let through.
+    fn opened(&mut self) {
+        if self.reader.admitted.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for stream in self.reader.admitted.drain(..) {
+            if self.open.len() == MAX_OPEN {
+                self.open.pop_front();
+            }
+            self.open.push_back((stream, now));
         }
     }
 
@@ -165,6 +221,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Admitted<IO> {
                             &mut this.inject,
                             &*this.admission,
                         );
+                        this.opened();
                         if before == 0
                             && used == input.len()
                             && this.out.len() == used
@@ -184,6 +241,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Admitted<IO> {
                         let mut raw = std::mem::take(&mut this.raw);
                         raw.extend_from_slice(input);
                         let used = this.process(&raw);
+                        this.opened();
                         raw.drain(..used.min(raw.len()));
                         this.raw = raw;
                     }
@@ -210,6 +268,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
         ready!(this.poll_inject(cx))?;
         let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
         this.track(buf.get(..n).unwrap_or_default());
+        this.answered();
         Poll::Ready(Ok(n))
     }
 
@@ -225,7 +284,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
         // frames: all of it written from a boundary ends at one. (A
         // single slice written may end at a DATA frame's head: tracked.)
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if this.h2_left == 0 && this.head_have == 0 && n == total {
+        if this.h2_left == 0 && this.head_have == 0 && n == total && this.open.is_empty() {
             return Poll::Ready(Ok(n));
         }
         let mut left = n;
@@ -237,6 +296,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
                 break;
             }
         }
+        this.answered();
         Poll::Ready(Ok(n))
     }
 

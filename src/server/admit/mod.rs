@@ -10,11 +10,13 @@
 //! written once, see `answer.rs`) goes straight to the socket between h2's
 //! own frames.
 //!
-//! The rule: the handler publishes how long calls waited for a thread
-//! ([`Backlog`]); a new `ShouldRateLimit` call is shed when twice that wait
-//! and a tenth of its deadline do not fit in its `grpc-timeout` (a call
-//! with none is shed past a 1 s wait). Below capacity the wait is
-//! microseconds and nothing is shed.
+//! The rule: calls take now the wait for a thread the handler measures
+//! (about what a call's bytes wait in the socket before their connection
+//! is read) plus the time from header block read to answer written that
+//! each connection measures (two [`Backlog`]s); a new `ShouldRateLimit`
+//! call is shed when twice that time and a tenth of its deadline do not
+//! fit in its `grpc-timeout` (a call with none is shed past a second).
+//! Below capacity both are microseconds and nothing is shed.
 
 mod answer;
 mod backlog;
@@ -48,6 +50,11 @@ const UNTIMED_WAIT: Duration = Duration::from_secs(1);
 /// measures, the answer, the count.
 #[derive(Debug)]
 pub(crate) struct Admission {
+    /// How long calls wait for a thread (the handler's measure): about
+    /// what a call's bytes wait in the socket before their connection is
+    /// read.
+    waits: Arc<Backlog>,
+    /// How long calls take from read to answer written.
     backlog: Arc<Backlog>,
     answer: ShedAnswer,
     metrics: Arc<Metrics>,
@@ -57,12 +64,14 @@ impl Admission {
     /// Admission by `backlog`'s wait, shed calls answered as `mode` says
     /// (`message`: the handler's shed error text) and counted in `metrics`.
     pub(crate) fn new(
+        waits: Arc<Backlog>,
         backlog: Arc<Backlog>,
         mode: FailureMode,
         message: &str,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
+            waits,
             backlog,
             answer: ShedAnswer::new(mode, message),
             metrics,
@@ -80,9 +89,12 @@ fn sheds(timeout: Option<Duration>, wait: Duration) -> bool {
 
 impl read::Admit for Admission {
     fn sheds(&self, timeout: Option<Duration>) -> bool {
-        // The clock is read only when the last wait published could shed.
-        let last = self.backlog.last_wait();
-        sheds(timeout, last) && sheds(timeout, self.backlog.wait(Instant::now()))
+        // The clock is read only when the last times published could shed.
+        let last = self.waits.last_wait() + self.backlog.last_wait();
+        sheds(timeout, last) && {
+            let now = Instant::now();
+            sheds(timeout, self.waits.wait(now) + self.backlog.wait(now))
+        }
     }
 
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>) {

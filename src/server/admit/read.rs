@@ -93,6 +93,9 @@ pub(super) struct Reader {
     /// Something read was dropped or written differently since
     /// [`Reader::process`] began.
     rewrote: bool,
+    /// `ShouldRateLimit` streams passed to h2 by the last
+    /// [`Reader::process`], for the connection to time their answers.
+    pub(super) admitted: Vec<u32>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -120,6 +123,7 @@ impl Default for Reader {
             reserve: 0,
             client_window: 65_535,
             rewrote: false,
+            admitted: Vec::new(),
         }
     }
 }
@@ -374,6 +378,9 @@ impl Reader {
         }
         if block.stream > self.h2_last {
             self.h2_last = block.stream;
+        }
+        if block.new && rls {
+            self.admitted.push(block.stream);
         }
         match literals {
             Some(literals) => write_block(to.out, block.stream, block.end_stream, &literals),
