@@ -45,7 +45,18 @@ impl Backlog {
             .min(WAIT_MASK);
         let old = self.last.load(Ordering::Relaxed);
         let (old_ms, old_us) = (old >> WAIT_BITS, old & WAIT_MASK);
-        if old_us.abs_diff(wait_us) >= CHANGE_US || at_ms.saturating_sub(old_ms) >= REFRESH_MS {
+        // The longest time measured lately holds: it decays from when it
+        // was measured, and a shorter one replaces it only once it has
+        // decayed below, or after REFRESH_MS. One call answered fast among
+        // thousands kept waiting says little.
+        let since_ms = at_ms.saturating_sub(old_ms);
+        let held_us = old_us.saturating_sub(since_ms * 1_000);
+        let publish = if wait_us >= held_us {
+            wait_us - held_us >= CHANGE_US || since_ms >= REFRESH_MS
+        } else {
+            since_ms >= REFRESH_MS
+        };
+        if publish {
             self.last
                 .store(at_ms << WAIT_BITS | wait_us, Ordering::Relaxed);
         }
@@ -84,13 +95,17 @@ mod tests {
         assert_eq!(backlog.wait(t0 + ms(150)), ms(10));
         assert_eq!(backlog.wait(t0 + ms(200)), Duration::ZERO);
         // A wait within 250 µs of the last, within 10 ms: not published.
-        backlog.observe(t0 + ms(105), ms(30) + Duration::from_micros(100));
+        backlog.observe(t0 + ms(100), ms(30) + Duration::from_micros(100));
         assert_eq!(backlog.last_wait(), ms(30));
-        // The queue emptied: published at once.
+        // A short wait among long ones does not replace the longest while
+        // it holds (10 ms)...
         backlog.observe(t0 + ms(131), Duration::from_micros(20));
+        assert_eq!(backlog.last_wait(), ms(30));
+        // ...and does once it is 10 ms old.
+        backlog.observe(t0 + ms(140), Duration::from_micros(20));
         assert_eq!(backlog.last_wait(), Duration::from_micros(20));
         // Small waits are refreshed every 10 ms, so the time stays current.
-        backlog.observe(t0 + ms(141), Duration::from_micros(30));
-        assert_eq!(backlog.wait(t0 + ms(141)), Duration::from_micros(30));
+        backlog.observe(t0 + ms(150), Duration::from_micros(30));
+        assert_eq!(backlog.wait(t0 + ms(150)), Duration::from_micros(30));
     }
 }

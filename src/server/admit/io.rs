@@ -47,6 +47,10 @@ pub(crate) struct Admitted<IO> {
     open: VecDeque<(u32, Instant)>,
     /// Streams whose answer ended in what h2 last wrote.
     ended: Vec<u32>,
+    /// Since when the next answer is timed (the last answer, or the read
+    /// of the first call in flight after none were): `None` with none in
+    /// flight, so idle time is never counted as the time an answer takes.
+    answer_from: Option<Instant>,
 }
 
 impl<IO> std::fmt::Debug for Admitted<IO> {
@@ -75,6 +79,7 @@ impl<IO> Admitted<IO> {
             head_have: 0,
             open: VecDeque::new(),
             ended: Vec::new(),
+            answer_from: None,
         }
     }
 
@@ -117,6 +122,7 @@ impl<IO> Admitted<IO> {
             return;
         }
         let now = Instant::now();
+        let mut answers = 0u32;
         for stream in self.ended.drain(..) {
             // Answers leave nearly in order: only the oldest few are looked at.
             let found = self
@@ -128,8 +134,20 @@ impl<IO> Admitted<IO> {
                 self.admission
                     .backlog
                     .observe(read, now.saturating_duration_since(read));
+                answers += 1;
             }
         }
+        // The time one answer takes on this connection, smoothed (an
+        // eighth of each new measure).
+        if let (Some(from), Some(per)) = (self.answer_from, (answers > 0).then_some(answers)) {
+            let sample = now.saturating_duration_since(from) / per;
+            let old = self.reader.per_answer;
+            self.reader.per_answer = (old * 7 + sample) / 8;
+        }
+        if answers > 0 {
+            self.answer_from = (!self.open.is_empty()).then_some(now);
+        }
+        self.reader.in_flight = self.open.len();
     }
 
     /// Starts timing the calls the last read let through.
@@ -138,12 +156,16 @@ impl<IO> Admitted<IO> {
             return;
         }
         let now = Instant::now();
+        if self.open.is_empty() {
+            self.answer_from = Some(now);
+        }
         for stream in self.reader.admitted.drain(..) {
             if self.open.len() == MAX_OPEN {
                 self.open.pop_front();
             }
             self.open.push_back((stream, now));
         }
+        self.reader.in_flight = self.open.len();
     }
 
     /// Processes `input` (all of it, or what whole frames allow).

@@ -13,10 +13,13 @@
 //! The rule: calls take now the wait for a thread the handler measures
 //! (about what a call's bytes wait in the socket before their connection
 //! is read) plus the time from header block read to answer written that
-//! each connection measures (two [`Backlog`]s); a new `ShouldRateLimit`
-//! call is shed when twice that time and a tenth of its deadline do not
-//! fit in its `grpc-timeout` (a call with none is shed past a second).
-//! Below capacity both are microseconds and nothing is shed.
+//! the connections measure (two [`Backlog`]s, the longest lately held),
+//! or, on a connection with 8 or more calls in flight, that many times
+//! the time one of its answers takes (which sees a queue as it forms,
+//! before its calls are answered late). A new `ShouldRateLimit` call is
+//! shed when twice that time and a tenth of its deadline do not fit in its
+//! `grpc-timeout` (a call with none is shed past a second). Below capacity
+//! these are microseconds and nothing is shed.
 
 mod answer;
 mod backlog;
@@ -88,13 +91,14 @@ fn sheds(timeout: Option<Duration>, wait: Duration) -> bool {
 }
 
 impl read::Admit for Admission {
-    fn sheds(&self, timeout: Option<Duration>) -> bool {
+    fn sheds(&self, timeout: Option<Duration>, local: Duration) -> bool {
         // The clock is read only when the last times published could shed.
         let last = self.waits.last_wait() + self.backlog.last_wait();
-        sheds(timeout, last) && {
-            let now = Instant::now();
-            sheds(timeout, self.waits.wait(now) + self.backlog.wait(now))
-        }
+        sheds(timeout, last.max(local))
+            && (sheds(timeout, local) || {
+                let now = Instant::now();
+                sheds(timeout, self.waits.wait(now) + self.backlog.wait(now))
+            })
     }
 
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>) {

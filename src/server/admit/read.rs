@@ -33,14 +33,18 @@ const MAX_SHED_OPEN: usize = 256;
 /// The dynamic table h2 lets a client's encoder use (its default
 /// SETTINGS_HEADER_TABLE_SIZE, which floodgate does not change).
 const TABLE_SIZE: usize = 4_096;
+/// Calls in flight on a connection from which their number says how long
+/// a new one waits.
+const LOCAL_QUEUE: usize = 8;
 /// Connection window kept back from the client's WINDOW_UPDATEs to send
 /// shed answers' messages in (under `FAILURE_MODE` `allow` and `deny`).
 const RESERVE: u32 = 4_096;
 
 /// What admission asks of the process for one new call.
 pub(super) trait Admit {
-    /// Whether a call with this `grpc-timeout` is shed at once.
-    fn sheds(&self, timeout: Option<Duration>) -> bool;
+    /// Whether a call with this `grpc-timeout` is shed at once, the
+    /// connection's own calls in flight expected to take `local`.
+    fn sheds(&self, timeout: Option<Duration>, local: Duration) -> bool;
     /// Writes the shed answer on `stream` to `out`; counts it.
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>);
     /// Flow-controlled bytes one answer sends.
@@ -96,6 +100,11 @@ pub(super) struct Reader {
     /// `ShouldRateLimit` streams passed to h2 by the last
     /// [`Reader::process`], for the connection to time their answers.
     pub(super) admitted: Vec<u32>,
+    /// Calls of this connection in flight before this read, and the time
+    /// one of them takes to be answered (the connection measures both):
+    /// a new call waits about the product.
+    pub(super) in_flight: usize,
+    pub(super) per_answer: Duration,
 }
 
 impl std::fmt::Debug for Reader {
@@ -124,6 +133,8 @@ impl Default for Reader {
             client_window: 65_535,
             rewrote: false,
             admitted: Vec::new(),
+            in_flight: 0,
+            per_answer: Duration::ZERO,
         }
     }
 }
@@ -206,6 +217,19 @@ impl Reader {
             self.owed = 0;
         }
         at
+    }
+
+    /// What a new call of this connection waits behind its calls in
+    /// flight (those admitted in this read included).
+    /// Only a connection with a queue of its own: with a few calls in
+    /// flight the time between its answers is the time between its calls.
+    fn local_wait(&self) -> Duration {
+        let calls = self.in_flight + self.admitted.len();
+        if calls < LOCAL_QUEUE {
+            return Duration::ZERO;
+        }
+        self.per_answer
+            .saturating_mul(u32::try_from(calls).unwrap_or(u32::MAX))
     }
 
     /// Whether the last [`Reader::process`] passed what it read as it was:
@@ -363,7 +387,7 @@ impl Reader {
             && rls
             && (block.end_stream || self.shed_open.len() < MAX_SHED_OPEN)
             && (data == 0 || (self.reserve >= data && self.client_window >= data))
-            && to.admit.sheds(timeout);
+            && to.admit.sheds(timeout, self.local_wait());
         if shed || literals.is_some() {
             self.rewrote = true;
         }
