@@ -18,8 +18,9 @@
 //! the time one of its answers takes (which sees a queue as it forms,
 //! before its calls are answered late). A new `ShouldRateLimit` call is
 //! shed when twice that time and a tenth of its deadline do not fit in its
-//! `grpc-timeout` (a call with none is shed past a second). Below capacity
-//! these are microseconds and nothing is shed.
+//! `grpc-timeout` (a call without one is never shed here: it has no
+//! deadline to miss). Below capacity these are microseconds and nothing is
+//! shed.
 
 mod answer;
 mod backlog;
@@ -46,8 +47,6 @@ use std::time::{Duration, Instant};
 /// The least time a decided call takes from admission to its answer: a
 /// deadline shorter than this (and twice the wait) is shed.
 const ANSWER_TIME: Duration = Duration::from_micros(100);
-/// The wait past which a call without a deadline is shed.
-const UNTIMED_WAIT: Duration = Duration::from_secs(1);
 
 /// What every connection's admission shares: the wait the handler
 /// measures, the answer, the count.
@@ -86,7 +85,9 @@ impl Admission {
 fn sheds(timeout: Option<Duration>, wait: Duration) -> bool {
     match timeout {
         Some(timeout) => wait * 2 + timeout / 10 + ANSWER_TIME >= timeout,
-        None => wait > UNTIMED_WAIT,
+        // No deadline to miss: the caller waits as long as it takes (as
+        // the reference's callers do); HTTP/2's stream limit bounds it.
+        None => false,
     }
 }
 
@@ -151,8 +152,7 @@ mod tests {
         // A deadline that has passed, or that no call could meet.
         assert!(sheds(Some(Duration::from_nanos(1)), Duration::ZERO));
         assert!(sheds(Some(ANSWER_TIME), Duration::ZERO));
-        // No deadline: a second's wait is the bound.
-        assert!(!sheds(None, ms(1_000)));
-        assert!(sheds(None, ms(1_001)));
+        // No deadline: never shed at admission.
+        assert!(!sheds(None, ms(60_000)));
     }
 }

@@ -31,7 +31,7 @@ struct JsonExplanation {
 const SHEDDING_RULE: &str = "a ShouldRateLimit call is answered by FAILURE_MODE at once, \
 counting nothing, when it arrives and twice the time calls take now (the wait for a thread \
 and from read to answer) and a tenth of its grpc-timeout would not fit in its grpc-timeout \
-(queue; without one, past a second), or \
+(queue; a call without one is not), or \
 when its grpc-timeout has passed by the time it is served, less a tenth of it, at most \
 50 ms, kept back to answer (deadline)";
 
