@@ -13,7 +13,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
-use crate::server::admit::{Backlog, parse_grpc_timeout};
+use crate::server::admit::{Lane, parse_grpc_timeout};
 use crate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +29,6 @@ pub(crate) struct RlsService {
     /// `grpc-timeout`, parsed once: a name given as text is parsed and
     /// checked on every lookup.
     timeout_key: MetadataKey<Ascii>,
-    /// Where each call's wait for a thread is published, for admission.
-    backlog: Arc<Backlog>,
 }
 
 impl RlsService {
@@ -39,14 +37,7 @@ impl RlsService {
             limiter,
             tracer: None,
             timeout_key: MetadataKey::from_static("grpc-timeout"),
-            backlog: Arc::new(Backlog::new(std::time::Instant::now())),
         }
-    }
-
-    /// Publishes each call's wait for a thread to `backlog`.
-    pub(crate) fn with_backlog(mut self, backlog: Arc<Backlog>) -> Self {
-        self.backlog = backlog;
-        self
     }
 
     /// Spans every call with `tracer`, when given.
@@ -92,14 +83,10 @@ impl RateLimitService for RlsService {
             .and_then(|v| parse_grpc_timeout(v.as_bytes()));
         // The time the request already waited its turn counts against the
         // caller's deadline.
-        let waited = match request.extensions().get::<Arrival>() {
-            Some(arrival) => {
-                let waited = arrival.0.elapsed();
-                self.backlog.observe(arrival.0, waited);
-                waited
-            }
-            None => Duration::ZERO,
-        };
+        let waited = request
+            .extensions()
+            .get::<Waited>()
+            .map_or(Duration::ZERO, |w| w.0);
         let deadline = timeout.map(|timeout| store_deadline(timeout, waited));
         let request = match request_from_proto(request.into_inner()) {
             Ok(request) => request,
@@ -175,20 +162,26 @@ fn store_deadline(timeout: Duration, waited: Duration) -> Duration {
     timeout.saturating_sub(waited).saturating_sub(reserve)
 }
 
-/// When a request's stream was accepted, before it waited for a thread:
-/// stamped by [`stamp_arrival`], read by the handler.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Arrival(std::time::Instant);
+/// The path of the calls admission queues.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// Stamps a request with its [`Arrival`]. Runs where the connection hands
-/// the stream to the service, before the request's task waits its turn
-/// (under overload, behind thousands of others).
+/// How long a request waited from its header block being read to its
+/// turn: stamped by [`stamp_arrival`], read by the handler.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Waited(Duration);
+
+/// Takes a `ShouldRateLimit` call out of admission's queue (its
+/// connection's [`Lane`], which tonic hands to each request) and stamps
+/// how long it waited. Runs on the request's first poll, before tonic
+/// decodes it: a call tonic refuses leaves the queue too.
 pub(crate) fn stamp_arrival<B>(
     mut request: tonic::codegen::http::Request<B>,
 ) -> tonic::codegen::http::Request<B> {
-    request
-        .extensions_mut()
-        .insert(Arrival(std::time::Instant::now()));
+    if request.uri().path() == SHOULD_RATE_LIMIT
+        && let Some(waited) = request.extensions().get::<Lane>().map(Lane::start)
+    {
+        request.extensions_mut().insert(Waited(waited));
+    }
     request
 }
 

@@ -179,15 +179,12 @@ pub async fn serve_with_debug(
         .max_connection_age
         .zip(options.max_connection_age_grace)
         .map(|(age, grace)| age.saturating_add(grace));
-    // Calls shed as they arrive when the time calls now take would make
-    // them late (see admit/mod.rs): the wait for a thread, which the
-    // handler measures, and the time from read to answer, which each
-    // connection measures.
-    let epoch = std::time::Instant::now();
-    let waits = Arc::new(admit::Backlog::new(epoch));
+    // Calls shed as they arrive when their wait behind the calls queued
+    // would make them late (see admit/mod.rs).
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    let queue = Arc::new(admit::Queue::new(workers));
     let admission = Arc::new(admit::Admission::new(
-        waits.clone(),
-        Arc::new(admit::Backlog::new(epoch)),
+        queue,
         limiter.shedding().failure_mode,
         &crate::limiter::LimitError::Shed.to_string(),
         limiter.metrics().clone(),
@@ -202,9 +199,7 @@ pub async fn serve_with_debug(
         .add_service(reflection_v1alpha)
         .add_service(
             RateLimitServiceServer::new(
-                grpc::RlsService::new(limiter.clone())
-                    .with_tracer(options.tracer.clone())
-                    .with_backlog(waits),
+                grpc::RlsService::new(limiter.clone()).with_tracer(options.tracer.clone()),
             )
             .max_decoding_message_size(options.max_request_bytes),
         )

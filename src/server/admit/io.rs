@@ -2,22 +2,16 @@
 //! frames it writes for the client (shed answers, window updates) go to
 //! the socket between h2's own frames, never inside one.
 
-use super::Admission;
-use super::answer::{DATA, END_STREAM, FRAME_HEAD, HEADERS, frame_head, give};
+use super::answer::{FRAME_HEAD, frame_head, give};
 use super::read::Reader;
-use std::collections::VecDeque;
+use super::{Admission, Lane};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::transport::server::Connected;
 
-/// Calls timed per connection at most (the oldest are forgotten).
-const MAX_OPEN: usize = 4_096;
-/// How far into the timed calls an answer is looked for.
-const OPEN_SEARCH: usize = 16;
 /// Reads from the socket per call of `poll_read`, at most, before the
 /// task yields when everything read was shed (so a flood of shed calls
 /// on one connection does not hold its thread).
@@ -28,6 +22,8 @@ pub(crate) struct Admitted<IO> {
     io: IO,
     admission: Arc<Admission>,
     reader: Reader,
+    /// This connection's calls in the queue.
+    lane: Lane,
     /// Read from the socket, not yet processed (an incomplete frame).
     raw: Vec<u8>,
     /// Processed, for h2 to read from `out_at` on.
@@ -42,15 +38,6 @@ pub(crate) struct Admitted<IO> {
     h2_left: usize,
     head: [u8; FRAME_HEAD],
     head_have: usize,
-    /// `ShouldRateLimit` streams passed to h2 and not answered yet, with
-    /// when they were read: their answers' times are the backlog.
-    open: VecDeque<(u32, Instant)>,
-    /// Streams whose answer ended in what h2 last wrote.
-    ended: Vec<u32>,
-    /// Since when the next answer is timed (the last answer, or the read
-    /// of the first call in flight after none were): `None` with none in
-    /// flight, so idle time is never counted as the time an answer takes.
-    answer_from: Option<Instant>,
 }
 
 impl<IO> std::fmt::Debug for Admitted<IO> {
@@ -66,8 +53,9 @@ impl<IO> Admitted<IO> {
     pub(crate) fn new(io: IO, admission: Arc<Admission>) -> Self {
         Self {
             io,
-            admission,
             reader: Reader::default(),
+            lane: Lane::new(admission.queue.clone()),
+            admission,
             raw: Vec::new(),
             out: Vec::new(),
             out_at: 0,
@@ -77,9 +65,6 @@ impl<IO> Admitted<IO> {
             h2_left: 0,
             head: [0; FRAME_HEAD],
             head_have: 0,
-            open: VecDeque::new(),
-            ended: Vec::new(),
-            answer_from: None,
         }
     }
 
@@ -102,76 +87,20 @@ impl<IO> Admitted<IO> {
             self.head_have += n;
             written = written.get(n..).unwrap_or_default();
             if self.head_have == FRAME_HEAD {
-                let (len, kind, flags, stream) = frame_head(self.head);
-                if flags & END_STREAM != 0
-                    && (kind == HEADERS || kind == DATA)
-                    && !self.open.is_empty()
-                {
-                    self.ended.push(stream);
-                }
+                let (len, ..) = frame_head(self.head);
                 self.h2_left = len;
                 self.head_have = 0;
             }
         }
     }
 
-    /// Times the answers h2 just wrote to calls admission let through: how
-    /// long from read to answer is what admission weighs deadlines against.
-    fn answered(&mut self) {
-        if self.ended.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        let mut answers = 0u32;
-        for stream in self.ended.drain(..) {
-            // Answers leave nearly in order: only the oldest few are looked at.
-            let found = self
-                .open
-                .iter()
-                .take(OPEN_SEARCH)
-                .position(|(s, _)| *s == stream);
-            if let Some((_, read)) = found.and_then(|i| self.open.remove(i)) {
-                self.admission
-                    .backlog
-                    .observe(read, now.saturating_duration_since(read));
-                answers += 1;
-            }
-        }
-        // The time one answer takes on this connection, smoothed (an
-        // eighth of each new measure).
-        if let (Some(from), Some(per)) = (self.answer_from, (answers > 0).then_some(answers)) {
-            let sample = now.saturating_duration_since(from) / per;
-            let old = self.reader.per_answer;
-            self.reader.per_answer = (old * 7 + sample) / 8;
-        }
-        if answers > 0 {
-            self.answer_from = (!self.open.is_empty()).then_some(now);
-        }
-        self.reader.in_flight = self.open.len();
-    }
-
-    /// Starts timing the calls the last read let through.
-    fn opened(&mut self) {
-        if self.reader.admitted.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        if self.open.is_empty() {
-            self.answer_from = Some(now);
-        }
-        for stream in self.reader.admitted.drain(..) {
-            if self.open.len() == MAX_OPEN {
-                self.open.pop_front();
-            }
-            self.open.push_back((stream, now));
-        }
-        self.reader.in_flight = self.open.len();
-    }
-
     /// Processes `input` (all of it, or what whole frames allow).
     fn process(&mut self, input: &[u8]) -> usize {
-        self.reader
-            .process(input, &mut self.out, &mut self.inject, &*self.admission)
+        let used = self
+            .reader
+            .process(input, &mut self.out, &mut self.inject, &*self.admission);
+        self.lane.admit(self.reader.admitted);
+        used
     }
 }
 
@@ -243,7 +172,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Admitted<IO> {
                             &mut this.inject,
                             &*this.admission,
                         );
-                        this.opened();
+                        this.lane.admit(this.reader.admitted);
                         if before == 0
                             && used == input.len()
                             && this.out.len() == used
@@ -263,7 +192,6 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Admitted<IO> {
                         let mut raw = std::mem::take(&mut this.raw);
                         raw.extend_from_slice(input);
                         let used = this.process(&raw);
-                        this.opened();
                         raw.drain(..used.min(raw.len()));
                         this.raw = raw;
                     }
@@ -290,7 +218,6 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
         ready!(this.poll_inject(cx))?;
         let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
         this.track(buf.get(..n).unwrap_or_default());
-        this.answered();
         Poll::Ready(Ok(n))
     }
 
@@ -306,7 +233,7 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
         // frames: all of it written from a boundary ends at one. (A
         // single slice written may end at a DATA frame's head: tracked.)
         let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if this.h2_left == 0 && this.head_have == 0 && n == total && this.open.is_empty() {
+        if this.h2_left == 0 && this.head_have == 0 && n == total {
             return Poll::Ready(Ok(n));
         }
         let mut left = n;
@@ -318,7 +245,6 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
                 break;
             }
         }
-        this.answered();
         Poll::Ready(Ok(n))
     }
 
@@ -339,10 +265,12 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
     }
 }
 
-impl<IO: Connected> Connected for Admitted<IO> {
-    type ConnectInfo = IO::ConnectInfo;
+/// tonic hands the connection's info to each of its requests: the lane,
+/// for the handler to take its call out of the queue.
+impl<IO> Connected for Admitted<IO> {
+    type ConnectInfo = Lane;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        self.lane.clone()
     }
 }

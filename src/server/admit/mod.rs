@@ -10,22 +10,22 @@
 //! written once, see `answer.rs`) goes straight to the socket between h2's
 //! own frames.
 //!
-//! The rule: calls take now the wait for a thread the handler measures
-//! (about what a call's bytes wait in the socket before their connection
-//! is read) plus the time from header block read to answer written that
-//! the connections measure (two [`Backlog`]s, the longest lately held),
-//! or, on a connection with 8 or more calls in flight, that many times
-//! the time one of its answers takes (which sees a queue as it forms,
-//! before its calls are answered late). A new `ShouldRateLimit` call is
-//! shed when twice that time and a tenth of its deadline do not fit in its
-//! `grpc-timeout` (a call without one is never shed here: it has no
-//! deadline to miss). Below capacity these are microseconds and nothing is
-//! shed.
+//! The rule: a call read now waits for its thread behind the calls
+//! admitted and not started yet ([`Queue`]), each adding the time one
+//! takes (the handler measures it: a call's wait over the calls that were
+//! ahead of it), so about their product; its bytes waited about as long
+//! to be read, and its answer waits for its connection's turn to be
+//! written. A new `ShouldRateLimit` call is shed when twice that wait and
+//! a tenth of its deadline do not fit in its `grpc-timeout`, or when the
+//! queue holds its cap (192 calls per worker thread: past what a worker's
+//! run queue keeps in order, the oldest calls come out late). A call
+//! without `grpc-timeout` is never shed here: it has no deadline to miss.
+//! Below capacity there is no queue and nothing is shed.
 
 mod answer;
-mod backlog;
 mod hpack;
 mod io;
+mod queue;
 mod read;
 mod rfc7541;
 
@@ -36,8 +36,8 @@ pub(crate) use answer::{
 };
 #[cfg(test)]
 pub(crate) use answer::{MAX_FRAME, PADDED, PRIORITY};
-pub(crate) use backlog::Backlog;
 pub(crate) use io::Admitted;
+pub(crate) use queue::{Lane, Queue};
 
 use crate::limiter::FailureMode;
 use crate::metrics::Metrics;
@@ -48,33 +48,26 @@ use std::time::{Duration, Instant};
 /// deadline shorter than this (and twice the wait) is shed.
 const ANSWER_TIME: Duration = Duration::from_micros(100);
 
-/// What every connection's admission shares: the wait the handler
-/// measures, the answer, the count.
+/// What every connection's admission shares: the queue of calls, the
+/// answer, the count.
 #[derive(Debug)]
 pub(crate) struct Admission {
-    /// How long calls wait for a thread (the handler's measure): about
-    /// what a call's bytes wait in the socket before their connection is
-    /// read.
-    waits: Arc<Backlog>,
-    /// How long calls take from read to answer written.
-    backlog: Arc<Backlog>,
+    queue: Arc<Queue>,
     answer: ShedAnswer,
     metrics: Arc<Metrics>,
 }
 
 impl Admission {
-    /// Admission by `backlog`'s wait, shed calls answered as `mode` says
+    /// Admission by `queue`'s wait, shed calls answered as `mode` says
     /// (`message`: the handler's shed error text) and counted in `metrics`.
     pub(crate) fn new(
-        waits: Arc<Backlog>,
-        backlog: Arc<Backlog>,
+        queue: Arc<Queue>,
         mode: FailureMode,
         message: &str,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
-            waits,
-            backlog,
+            queue,
             answer: ShedAnswer::new(mode, message),
             metrics,
         }
@@ -92,14 +85,19 @@ fn sheds(timeout: Option<Duration>, wait: Duration) -> bool {
 }
 
 impl read::Admit for Admission {
-    fn sheds(&self, timeout: Option<Duration>, local: Duration) -> bool {
-        // The clock is read only when the last times published could shed.
-        let last = self.waits.last_wait() + self.backlog.last_wait();
-        sheds(timeout, last.max(local))
-            && (sheds(timeout, local) || {
-                let now = Instant::now();
-                sheds(timeout, self.waits.wait(now) + self.backlog.wait(now))
-            })
+    fn sheds(&self, timeout: Option<Duration>, more: usize) -> bool {
+        if sheds(timeout, Duration::ZERO) {
+            return true;
+        }
+        // A call with a deadline is not queued past the cap, where calls
+        // stop being run in order (once calls h2 refused are given up on);
+        // nor where the calls ahead would make it late, if their time was
+        // measured lately (the clock is read only then: a time per call
+        // measured long ago says nothing of now).
+        (timeout.is_some() && self.queue.full(more) && {
+            self.queue.sweep(Instant::now());
+            self.queue.full(more)
+        }) || (sheds(timeout, self.queue.wait(more)) && self.queue.fresh(Instant::now()))
     }
 
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>) {
@@ -154,5 +152,24 @@ mod tests {
         assert!(sheds(Some(ANSWER_TIME), Duration::ZERO));
         // No deadline: never shed at admission.
         assert!(!sheds(None, ms(60_000)));
+    }
+
+    #[test]
+    fn a_full_queue_sheds_calls_with_a_deadline_only() {
+        use read::Admit;
+        let queue = Arc::new(Queue::new(1));
+        let admission = Admission::new(
+            queue.clone(),
+            FailureMode::Error,
+            "shed",
+            Arc::new(Metrics::new(0.8, 100)),
+        );
+        let lane = Lane::new(queue);
+        let ms = Some(Duration::from_millis(20));
+        // No time per call measured: only the cap can shed.
+        lane.admit(queue::CALLS_PER_WORKER - 2);
+        assert!(!admission.sheds(ms, 1));
+        assert!(admission.sheds(ms, 2));
+        assert!(!admission.sheds(None, 2));
     }
 }

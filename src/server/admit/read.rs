@@ -33,18 +33,15 @@ const MAX_SHED_OPEN: usize = 256;
 /// The dynamic table h2 lets a client's encoder use (its default
 /// SETTINGS_HEADER_TABLE_SIZE, which floodgate does not change).
 const TABLE_SIZE: usize = 4_096;
-/// Calls in flight on a connection from which their number says how long
-/// a new one waits.
-const LOCAL_QUEUE: usize = 8;
 /// Connection window kept back from the client's WINDOW_UPDATEs to send
 /// shed answers' messages in (under `FAILURE_MODE` `allow` and `deny`).
 const RESERVE: u32 = 4_096;
 
 /// What admission asks of the process for one new call.
 pub(super) trait Admit {
-    /// Whether a call with this `grpc-timeout` is shed at once, the
-    /// connection's own calls in flight expected to take `local`.
-    fn sheds(&self, timeout: Option<Duration>, local: Duration) -> bool;
+    /// Whether a call with this `grpc-timeout` is shed at once, `more`
+    /// calls admitted before it not handed to the service yet.
+    fn sheds(&self, timeout: Option<Duration>, more: usize) -> bool;
     /// Writes the shed answer on `stream` to `out`; counts it.
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>);
     /// Flow-controlled bytes one answer sends.
@@ -97,14 +94,9 @@ pub(super) struct Reader {
     /// Something read was dropped or written differently since
     /// [`Reader::process`] began.
     rewrote: bool,
-    /// `ShouldRateLimit` streams passed to h2 by the last
-    /// [`Reader::process`], for the connection to time their answers.
-    pub(super) admitted: Vec<u32>,
-    /// Calls of this connection in flight before this read, and the time
-    /// one of them takes to be answered (the connection measures both):
-    /// a new call waits about the product.
-    pub(super) in_flight: usize,
-    pub(super) per_answer: Duration,
+    /// `ShouldRateLimit` calls passed to h2 by this [`Reader::process`]:
+    /// they join the queue when h2 hands them to the service.
+    pub(super) admitted: usize,
 }
 
 impl std::fmt::Debug for Reader {
@@ -132,9 +124,7 @@ impl Default for Reader {
             reserve: 0,
             client_window: 65_535,
             rewrote: false,
-            admitted: Vec::new(),
-            in_flight: 0,
-            per_answer: Duration::ZERO,
+            admitted: 0,
         }
     }
 }
@@ -152,6 +142,7 @@ impl Reader {
         admit: &dyn Admit,
     ) -> usize {
         self.rewrote = false;
+        self.admitted = 0;
         let mut at = 0;
         while let Some(rest) = input.get(at..).filter(|r| !r.is_empty()) {
             if self.blind {
@@ -217,19 +208,6 @@ impl Reader {
             self.owed = 0;
         }
         at
-    }
-
-    /// What a new call of this connection waits behind its calls in
-    /// flight (those admitted in this read included).
-    /// Only a connection with a queue of its own: with a few calls in
-    /// flight the time between its answers is the time between its calls.
-    fn local_wait(&self) -> Duration {
-        let calls = self.in_flight + self.admitted.len();
-        if calls < LOCAL_QUEUE {
-            return Duration::ZERO;
-        }
-        self.per_answer
-            .saturating_mul(u32::try_from(calls).unwrap_or(u32::MAX))
     }
 
     /// Whether the last [`Reader::process`] passed what it read as it was:
@@ -387,7 +365,7 @@ impl Reader {
             && rls
             && (block.end_stream || self.shed_open.len() < MAX_SHED_OPEN)
             && (data == 0 || (self.reserve >= data && self.client_window >= data))
-            && to.admit.sheds(timeout, self.local_wait());
+            && to.admit.sheds(timeout, self.admitted);
         if shed || literals.is_some() {
             self.rewrote = true;
         }
@@ -404,7 +382,7 @@ impl Reader {
             self.h2_last = block.stream;
         }
         if block.new && rls {
-            self.admitted.push(block.stream);
+            self.admitted += 1;
         }
         match literals {
             Some(literals) => write_block(to.out, block.stream, block.end_stream, &literals),

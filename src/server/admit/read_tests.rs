@@ -21,7 +21,7 @@ impl Test {
 }
 
 impl Admit for Test {
-    fn sheds(&self, timeout: Option<Duration>, _: Duration) -> bool {
+    fn sheds(&self, timeout: Option<Duration>, _: usize) -> bool {
         timeout.is_some_and(|t| t < Duration::from_secs(1))
     }
     fn answer(&self, stream: u32, _: Option<Duration>, out: &mut Vec<u8>) {

@@ -28,12 +28,11 @@ struct JsonExplanation {
 }
 
 /// The rule `shedding.rule` states.
-const SHEDDING_RULE: &str = "a ShouldRateLimit call is answered by FAILURE_MODE at once, \
-counting nothing, when it arrives and twice the time calls take now (the wait for a thread \
-and from read to answer) and a tenth of its grpc-timeout would not fit in its grpc-timeout \
-(queue; a call without one is not), or \
-when its grpc-timeout has passed by the time it is served, less a tenth of it, at most \
-50 ms, kept back to answer (deadline)";
+const SHEDDING_RULE: &str = "a ShouldRateLimit call with a grpc-timeout is answered by \
+FAILURE_MODE at once, counting nothing, when it arrives and twice its wait behind the calls \
+queued for a thread and a tenth of its grpc-timeout would not fit in its grpc-timeout, or the \
+queue holds 192 calls per worker thread (queue), or when its grpc-timeout has passed by the \
+time it is served, less a tenth of it, at most 50 ms, kept back to answer (deadline)";
 
 /// How requests are shed now, and how many were.
 #[derive(Debug, Serialize)]
@@ -320,7 +319,8 @@ mod tests {
                 .as_str()
                 .is_some_and(|r| r.contains("grpc-timeout has passed")
                     && r.contains("counting nothing")
-                    && r.contains("wait for a thread")),
+                    && r.contains("queued for a thread")
+                    && r.contains("192 calls per worker")),
             "{error}"
         );
         assert_eq!(json(FailureMode::Allow)["answer"], "OK");

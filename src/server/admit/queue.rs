@@ -1,0 +1,435 @@
+//! The calls admitted and not started yet, and the time each adds to the
+//! wait of the calls behind it: their product is how long a call admitted
+//! now waits for its thread (Little's law), known the moment the call is
+//! read rather than once calls come out late.
+//!
+//! A call joins the queue when admission reads its header block, and
+//! leaves it when its handler starts (tonic's service stack runs only on
+//! the task's first poll, so nothing between the two can stamp it). Each
+//! connection is a [`Lane`]: what it admitted and what of that started, so
+//! that calls h2 refuses after admission (a client over its stream limit,
+//! a block h2 finds malformed; h2 closes a connection that keeps doing it)
+//! leave the queue when their connection ends.
+
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// Calls in the queue from which it is a queue: below, a call's wait is
+/// the time its thread took to come round, not what the calls ahead took.
+pub(crate) const QUEUE_MIN: usize = 8;
+/// How long a time per call measured stays true with nothing newer: a
+/// queue that has not formed since says nothing about one forming now.
+const FRESH_MS: u64 = 200;
+/// Calls a worker thread's run queue holds in the order they came, kept
+/// waiting at most: tokio keeps 256 tasks per worker and moves the oldest
+/// half of a full queue to a shared queue that a busy worker looks at
+/// once in 61 tasks, so past that the oldest calls wait longest and come
+/// out late (measured: bench/history/2026-11-28-overload-admission.md).
+pub(crate) const CALLS_PER_WORKER: usize = 192;
+/// How long a call may wait in the queue before it is given up on: h2
+/// refuses some calls after admission has counted them (a client over its
+/// stream limit, a header block h2 finds malformed), and those never start.
+/// Calls with a deadline never wait this long: they are shed first.
+const GIVE_UP: Duration = Duration::from_secs(1);
+/// How often a full queue looks for calls to give up on, at most.
+const SWEEP_MS: u64 = 100;
+/// Reads remembered per connection for the handlers' waits (the oldest are
+/// forgotten: their calls' waits are then measured from a later read).
+const MAX_READS: usize = 1_024;
+
+/// The queue of calls (see the module).
+#[derive(Debug)]
+pub(crate) struct Queue {
+    epoch: Instant,
+    /// Calls admitted and not started.
+    waiting: CachePadded<AtomicI64>,
+    /// The time a call ahead adds to a wait (ns, low 32 bits), smoothed,
+    /// and when it was last measured (ms since `epoch`, high 32 bits).
+    per_call: CachePadded<AtomicU64>,
+    /// The most calls waiting ([`CALLS_PER_WORKER`] per worker thread).
+    cap: usize,
+    /// Every connection's lane, for [`Queue::sweep`], and how many lived
+    /// at the last count.
+    lanes: Mutex<(Vec<Weak<LaneState>>, usize)>,
+    /// When (ms since `epoch`) the lanes were last swept.
+    swept_at: AtomicU64,
+}
+
+impl Queue {
+    /// An empty queue for calls run on `workers` threads.
+    pub(crate) fn new(workers: usize) -> Self {
+        Self {
+            epoch: Instant::now(),
+            waiting: CachePadded::new(AtomicI64::new(0)),
+            per_call: CachePadded::new(AtomicU64::new(0)),
+            cap: CALLS_PER_WORKER.saturating_mul(workers.max(1)),
+            lanes: Mutex::new((Vec::new(), 0)),
+            swept_at: AtomicU64::new(0),
+        }
+    }
+
+    fn register(&self, lane: &Arc<LaneState>) {
+        let mut lanes = self.lanes.lock();
+        let (all, live) = &mut *lanes;
+        // Ended connections' lanes are dropped as the list doubles: a
+        // lane's cost stays constant however connections come and go.
+        if all.len() >= (*live * 2).max(64) {
+            all.retain(|lane| lane.strong_count() > 0);
+            *live = all.len();
+        }
+        all.push(Arc::downgrade(lane));
+    }
+
+    /// Once in [`SWEEP_MS`] at most (`now`), gives up on calls read more
+    /// than [`GIVE_UP`] ago that have not started (see `LaneState::expire`):
+    /// a full queue may hold calls that never will.
+    pub(crate) fn sweep(&self, now: Instant) {
+        let ms = self.millis(now);
+        let last = self.swept_at.load(Ordering::Relaxed);
+        if ms.wrapping_sub(last) & u64::from(u32::MAX) < SWEEP_MS
+            || self
+                .swept_at
+                .compare_exchange(last, ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let Some(before) = now.checked_sub(GIVE_UP) else {
+            return;
+        };
+        let lanes: Vec<_> = {
+            let lanes = self.lanes.lock();
+            lanes.0.iter().filter_map(Weak::upgrade).collect()
+        };
+        for lane in lanes {
+            lane.expire(before);
+        }
+    }
+
+    /// Calls admitted and not started.
+    pub(crate) fn waiting(&self) -> usize {
+        usize::try_from(self.waiting.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// What a call waits behind the queue and `more` calls admitted
+    /// before it, as last measured: zero below [`QUEUE_MIN`]. The time per
+    /// call may be stale: see [`Queue::fresh`].
+    pub(crate) fn wait(&self, more: usize) -> Duration {
+        let calls = self.waiting().saturating_add(more);
+        if calls < QUEUE_MIN {
+            return Duration::ZERO;
+        }
+        let per_call = self.per_call.load(Ordering::Relaxed) & u64::from(u32::MAX);
+        Duration::from_nanos(per_call.saturating_mul(u64::try_from(calls).unwrap_or(u64::MAX)))
+    }
+
+    /// Whether `more` calls admitted before a call take the queue to its
+    /// cap.
+    pub(crate) fn full(&self, more: usize) -> bool {
+        self.waiting().saturating_add(more) >= self.cap
+    }
+
+    /// Whether the time per call was measured lately (`now`).
+    pub(crate) fn fresh(&self, now: Instant) -> bool {
+        let at = self.per_call.load(Ordering::Relaxed) >> 32;
+        self.millis(now).wrapping_sub(at) & u64::from(u32::MAX) <= FRESH_MS
+    }
+
+    fn millis(&self, now: Instant) -> u64 {
+        // Kept in 32 bits (49 days, wrapping): only differences are read.
+        let ms = now.saturating_duration_since(self.epoch).as_millis();
+        u64::try_from(ms & u128::from(u32::MAX)).unwrap_or(0)
+    }
+
+    /// A call that had `ahead` calls before it when it was read waited
+    /// `waited` for its handler (`now`): each call ahead took the quotient,
+    /// all it cost the process (the answers written, the calls read and
+    /// shed meanwhile) included.
+    fn observe(&self, ahead: u64, waited: Duration, now: Instant) {
+        if ahead < QUEUE_MIN as u64 {
+            return;
+        }
+        let sample = u64::try_from(waited.as_nanos() / u128::from(ahead))
+            .unwrap_or(u64::MAX)
+            .min(u64::from(u32::MAX));
+        let old = self.per_call.load(Ordering::Relaxed);
+        let old_ns = old & u64::from(u32::MAX);
+        // An eighth of each new measure; after a while with no queue, the
+        // first taken whole. Threads racing here lose a sample, never the
+        // value.
+        let ns = if self.fresh(now) && old_ns > 0 {
+            (old_ns * 7 + sample) / 8
+        } else {
+            sample
+        };
+        self.per_call
+            .store(self.millis(now) << 32 | ns, Ordering::Relaxed);
+    }
+}
+
+/// A connection's calls in the [`Queue`] (tonic hands it to each request
+/// as the connection's `ConnectInfo`).
+#[derive(Debug, Clone)]
+pub(crate) struct Lane(Arc<LaneState>);
+
+#[derive(Debug)]
+struct LaneState {
+    queue: Arc<Queue>,
+    calls: Mutex<LaneCalls>,
+}
+
+/// A connection's calls: numbered as admitted; `left` of them have left
+/// the queue (started, or given up on), so it holds `admitted - left`.
+#[derive(Debug, Default)]
+struct LaneCalls {
+    admitted: u64,
+    left: u64,
+    /// The reads that admitted calls not left yet, oldest first.
+    reads: VecDeque<Read>,
+}
+
+/// A read that admitted calls: `first..=last` of its connection's.
+#[derive(Debug, Clone, Copy)]
+struct Read {
+    first: u64,
+    last: u64,
+    at: Instant,
+    /// Calls waiting (every connection's) before the first.
+    ahead: u64,
+}
+
+impl LaneCalls {
+    /// Takes `n` calls out of the queue (never more than it holds).
+    fn leave(&mut self, queue: &Queue, n: u64) -> u64 {
+        let n = n.min(self.admitted - self.left);
+        self.left += n;
+        queue
+            .waiting
+            .fetch_sub(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+        n
+    }
+}
+
+impl Lane {
+    /// A new connection's lane in `queue`.
+    pub(crate) fn new(queue: Arc<Queue>) -> Self {
+        let lane = Self(Arc::new(LaneState {
+            queue,
+            calls: Mutex::new(LaneCalls::default()),
+        }));
+        lane.0.queue.register(&lane.0);
+        lane
+    }
+
+    fn calls(&self) -> parking_lot::MutexGuard<'_, LaneCalls> {
+        self.0.calls.lock()
+    }
+
+    /// `calls` admitted by a read just made.
+    pub(crate) fn admit(&self, calls: usize) {
+        if calls > 0 {
+            self.admit_at(calls as u64, Instant::now());
+        }
+    }
+
+    fn admit_at(&self, n: u64, now: Instant) {
+        let mut calls = self.calls();
+        let first = calls.admitted + 1;
+        calls.admitted += n;
+        let ahead = self
+            .0
+            .queue
+            .waiting
+            .fetch_add(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+        if calls.reads.len() == MAX_READS {
+            calls.reads.pop_front();
+        }
+        let last = calls.admitted;
+        calls.reads.push_back(Read {
+            first,
+            last,
+            at: now,
+            ahead: u64::try_from(ahead).unwrap_or(0),
+        });
+    }
+
+    /// A call's handler starts: it leaves the queue. Returns how long it
+    /// waited since its header block was read (its connection's calls
+    /// start in the order they were read).
+    pub(crate) fn start(&self) -> Duration {
+        self.start_at(Instant::now())
+    }
+
+    fn start_at(&self, now: Instant) -> Duration {
+        let queue = &self.0.queue;
+        let mut calls = self.calls();
+        // A call given up on (see `expire`) left already.
+        if calls.leave(queue, 1) == 0 {
+            return Duration::ZERO;
+        }
+        let call = calls.left;
+        while calls.reads.front().is_some_and(|r| r.last < call) {
+            calls.reads.pop_front();
+        }
+        let Some(read) = calls.reads.front().copied() else {
+            return Duration::ZERO;
+        };
+        drop(calls);
+        let waited = now.saturating_duration_since(read.at);
+        let ahead = read.ahead + call.saturating_sub(read.first);
+        queue.observe(ahead, waited, now);
+        waited
+    }
+}
+
+impl LaneState {
+    /// Gives up on calls read before `before` and not started: h2 refused
+    /// them (a client over its stream limit, a header block h2 finds
+    /// malformed) and they never will, or, far past capacity, they have
+    /// waited so long that counting them no longer matters.
+    fn expire(&self, before: Instant) {
+        let mut calls = self.calls.lock();
+        while let Some(read) = calls.reads.front().copied().filter(|r| r.at < before) {
+            let n = read.last.saturating_sub(calls.left);
+            calls.leave(&self.queue, n);
+            calls.reads.pop_front();
+        }
+    }
+}
+
+impl Drop for LaneState {
+    fn drop(&mut self) {
+        // The connection is gone and no request of it is left to start:
+        // its calls still in the queue leave it.
+        let calls = self.calls.get_mut();
+        let n = calls.admitted - calls.left;
+        calls.leave(&self.queue, n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: fn(u64) -> Duration = Duration::from_micros;
+
+    #[test]
+    fn a_call_waits_the_calls_ahead_times_what_each_took_lately() {
+        let queue = Arc::new(Queue::new(1));
+        let t0 = queue.epoch;
+        let lane = Lane::new(queue.clone());
+        lane.admit_at(20, t0);
+        assert_eq!(queue.waiting(), 20);
+        // Nothing measured: no wait, whatever the queue.
+        assert_eq!(queue.wait(0), Duration::ZERO);
+        // The first calls had fewer than 8 ahead: their waits are the
+        // thread coming round, not measured.
+        for i in 0..8 {
+            lane.start_at(t0 + US(100 + i));
+        }
+        assert_eq!(queue.wait(0), Duration::ZERO);
+        // The ninth had 8 ahead and waited 4 ms: 500 µs a call.
+        assert_eq!(lane.start_at(t0 + US(4_000)), US(4_000));
+        assert_eq!(queue.waiting(), 11);
+        assert_eq!(queue.wait(0), US(5_500));
+        assert_eq!(queue.wait(1), US(6_000));
+        // Smoothed: an eighth of each new measure (9 ahead in 7.2 ms: 800 µs).
+        lane.start_at(t0 + US(7_200));
+        assert_eq!(queue.wait(0), Duration::from_nanos(10 * 537_500));
+        assert!(queue.fresh(t0 + US(7_200 + 200_000)));
+        assert!(!queue.fresh(t0 + US(7_200 + 201_000)));
+        // Measured again after a while with no queue: taken whole.
+        lane.start_at(t0 + US(300_000));
+        assert_eq!(queue.wait(0), Duration::from_nanos(9 * 30_000_000));
+        for _ in 0..9 {
+            lane.start_at(t0 + US(300_001));
+        }
+        assert_eq!(queue.waiting(), 0);
+        assert_eq!(queue.wait(7), Duration::ZERO);
+    }
+
+    #[test]
+    fn calls_start_in_the_order_read_each_read_stamping_its_own() {
+        let queue = Arc::new(Queue::new(1));
+        let t0 = queue.epoch;
+        let lane = Lane::new(queue.clone());
+        let other = Lane::new(queue.clone());
+        other.admit_at(10, t0);
+        lane.admit_at(2, t0 + US(1_000));
+        lane.admit_at(1, t0 + US(2_000));
+        // The third call was read second, behind 12 calls.
+        assert_eq!(lane.start_at(t0 + US(3_000)), US(2_000));
+        assert_eq!(lane.start_at(t0 + US(3_000)), US(2_000));
+        assert_eq!(lane.start_at(t0 + US(8_000)), US(6_000));
+        // Another connection's calls are theirs to take out.
+        assert_eq!(queue.waiting(), 10);
+    }
+
+    #[test]
+    fn the_queue_is_full_at_its_cap_per_worker() {
+        let queue = Arc::new(Queue::new(2));
+        let lane = Lane::new(queue.clone());
+        lane.admit(CALLS_PER_WORKER * 2 - 3);
+        assert!(!queue.full(2));
+        assert!(queue.full(3));
+        lane.start();
+        assert!(!queue.full(3));
+    }
+
+    #[test]
+    fn calls_that_never_start_leave_the_queue_with_their_connection() {
+        let queue = Arc::new(Queue::new(1));
+        let lane = Lane::new(queue.clone());
+        let copy = lane.clone();
+        lane.admit(3);
+        lane.admit(2);
+        assert_eq!(queue.waiting(), 5);
+        for _ in 0..4 {
+            lane.start();
+        }
+        assert_eq!(queue.waiting(), 1);
+        drop(lane);
+        assert_eq!(
+            queue.waiting(),
+            1,
+            "a request of the connection may still start"
+        );
+        drop(copy);
+        assert_eq!(queue.waiting(), 0);
+    }
+
+    #[test]
+    fn calls_that_never_start_are_given_up_on_after_a_second() {
+        let queue = Arc::new(Queue::new(1));
+        let t0 = queue.epoch + Duration::from_secs(5);
+        let lane = Lane::new(queue.clone());
+        let idle = Lane::new(queue.clone());
+        // Three calls h2 refused, then two it passed.
+        idle.admit_at(3, t0);
+        lane.admit_at(2, t0 + US(500_000));
+        queue.sweep(t0 + US(950_000));
+        assert_eq!(queue.waiting(), 5, "not a second yet");
+        queue.sweep(t0 + US(1_010_000));
+        assert_eq!(queue.waiting(), 5, "swept 60 ms ago");
+        queue.sweep(t0 + US(1_060_000));
+        assert_eq!(queue.waiting(), 2);
+        // A call given up on that starts after all leaves nothing twice.
+        assert_eq!(idle.start_at(t0 + US(1_002_000)), Duration::ZERO);
+        assert_eq!(queue.waiting(), 2);
+        lane.start_at(t0 + US(1_002_000));
+        lane.start_at(t0 + US(1_002_000));
+        assert_eq!(queue.waiting(), 0);
+        drop(idle);
+        assert_eq!(queue.waiting(), 0);
+        // Ended connections' lanes are dropped from the list as it grows.
+        for _ in 0..200 {
+            drop(Lane::new(queue.clone()));
+        }
+        let lanes = queue.lanes.lock();
+        assert!(lanes.0.len() <= 128, "{} lanes kept", lanes.0.len());
+    }
+}
