@@ -33,6 +33,7 @@ const MAX_SHED_OPEN: usize = 256;
 /// The dynamic table h2 lets a client's encoder use (its default
 /// SETTINGS_HEADER_TABLE_SIZE, which floodgate does not change).
 const TABLE_SIZE: usize = 4_096;
+const MAX_SAID: usize = 512; // the longest block remembered (`Reader::said`)
 /// Connection window kept back from the client's WINDOW_UPDATEs to send
 /// shed answers' messages in (under `FAILURE_MODE` `allow` and `deny`).
 const RESERVE: u32 = 4_096;
@@ -97,6 +98,11 @@ pub(super) struct Reader {
     /// `ShouldRateLimit` calls passed to h2 by this [`Reader::process`]:
     /// they join the queue when h2 hands them to the service.
     pub(super) admitted: usize,
+    /// The last block that left the table as it was and what it said (a
+    /// `ShouldRateLimit` call, its timeout): with a warm table a client
+    /// sends the same bytes each call, compared rather than walked again.
+    last_block: Vec<u8>,
+    said: Option<(bool, Option<Duration>)>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -125,6 +131,8 @@ impl Default for Reader {
             client_window: 65_535,
             rewrote: false,
             admitted: 0,
+            last_block: Vec::new(),
+            said: None,
         }
     }
 }
@@ -336,29 +344,45 @@ impl Reader {
     /// decoded, then shed, passed as it is, or passed written again as
     /// literals.
     fn block_done(&mut self, block: &Block, frames: &[u8], fragment: &[u8], to: &mut Sinks<'_>) {
-        let mut rls = false;
-        let mut timeout = None;
         let mut literals = self.diverged.then(Vec::new);
-        let coded = coded();
-        let read = self
-            .table
-            .read(fragment, self.diverged, |kind, name, value| {
-                match kind {
-                    Kind::Path => rls = value.is(RLS_PATH, coded),
-                    Kind::Timeout => timeout = value.decode().and_then(|v| parse_grpc_timeout(&v)),
-                    Kind::Other => {}
+        let said = self
+            .said
+            .filter(|_| self.last_block == fragment && !self.diverged);
+        let (rls, timeout, changed) = match said {
+            Some((rls, timeout)) => (rls, timeout, false),
+            None => {
+                let (mut rls, mut timeout) = (false, None);
+                let coded = coded();
+                let read = self
+                    .table
+                    .read(fragment, self.diverged, |kind, name, value| {
+                        match kind {
+                            Kind::Path => rls = value.is(RLS_PATH, coded),
+                            Kind::Timeout => {
+                                timeout = value.decode().and_then(|v| parse_grpc_timeout(&v));
+                            }
+                            Kind::Other => {}
+                        }
+                        if let Some(literals) = literals.as_mut() {
+                            // "Literal Header Field without Indexing, New Name".
+                            literals.push(0);
+                            name.write(literals);
+                            value.write(literals);
+                        }
+                    });
+                let Ok(changed) = read else {
+                    self.blind = true;
+                    to.out.extend_from_slice(frames);
+                    return;
+                };
+                self.said = None;
+                if !changed && !self.diverged && fragment.len() <= MAX_SAID {
+                    self.last_block.clear();
+                    self.last_block.extend_from_slice(fragment);
+                    self.said = Some((rls, timeout));
                 }
-                if let Some(literals) = literals.as_mut() {
-                    // "Literal Header Field without Indexing, New Name".
-                    literals.push(0);
-                    name.write(literals);
-                    value.write(literals);
-                }
-            });
-        let Ok(changed) = read else {
-            self.blind = true;
-            to.out.extend_from_slice(frames);
-            return;
+                (rls, timeout, changed)
+            }
         };
         let data = to.admit.answer_data();
         let shed = block.new

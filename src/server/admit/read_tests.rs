@@ -248,3 +248,88 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// Calls as a real encoder sends them (repeated blocks, blocks that
+    /// change the table, shed ones among them): each is shed exactly when
+    /// the rule says, whether its block was walked or recognised.
+    #[test]
+    fn every_call_is_judged_by_its_own_headers(
+        calls in proptest::collection::vec((0usize..2, 0usize..3, 0usize..4), 1..40),
+        step in proptest::sample::select(vec![1usize, 9, 100_000]),
+    ) {
+        let admit = Test::new(FailureMode::Error);
+        let mut client = Client::new();
+        let mut input = PREFACE.to_vec();
+        let mut kept = Vec::new();
+        for (n, &(path, timeout, extra)) in calls.iter().enumerate() {
+            let stream = 2 * u32::try_from(n).unwrap() + 1;
+            let path = [RLS, "/grpc.health.v1.Health/Check"][path];
+            let timeout = ["5S", "20m", "1n"][timeout];
+            let extra: &[(&str, &str)] = match extra {
+                0 => &[],
+                1 => &[("x-request-id", "a")],
+                2 => &[("x-request-id", "b")],
+                _ => &[("x-tenant", "t")],
+            };
+            input.extend(client.call(stream, timeout, path, extra));
+            if path != RLS || timeout == "5S" {
+                kept.push(stream);
+            }
+        }
+        let mut reader = Reader::default();
+        let (out, _) = run(&mut reader, &admit, &input, step);
+        let mut seen: Vec<u32> = frames(&out[PREFACE.len()..])
+            .iter()
+            .filter(|f| f.0 == HEADERS)
+            .map(|f| f.2)
+            .collect();
+        seen.dedup();
+        proptest::prop_assert_eq!(&seen, &kept);
+        proptest::prop_assert_eq!(admit.shed.get() as usize, calls.len() - kept.len());
+        // h2 reads every block it gets, each with its own headers.
+        for (stream, headers) in decode_all(&out[PREFACE.len()..]) {
+            let n = (stream as usize - 1) / 2;
+            let path = [RLS, "/grpc.health.v1.Health/Check"][calls[n].0];
+            proptest::prop_assert!(headers.contains(&(":path".to_owned(), path.to_owned())));
+        }
+    }
+}
+
+#[test]
+fn a_block_recognised_means_what_it_meant_only_while_the_table_is_unchanged() {
+    fn text(out: &mut Vec<u8>, s: &str) {
+        out.push(u8::try_from(s.len()).unwrap());
+        out.extend_from_slice(s.as_bytes());
+    }
+    let block =
+        |stream: u32, fields: &[u8]| frame(HEADERS, END_HEADERS | END_STREAM, stream, fields);
+    // 1 indexes "grpc-timeout: 5S" then ":path: RLS": the table is
+    // [62] RLS, [63] 5S. 3 is those two indexed: kept, and remembered.
+    let mut first = vec![0x40];
+    text(&mut first, "grpc-timeout");
+    text(&mut first, "5S");
+    first.push(0x44);
+    text(&mut first, RLS);
+    let same = [0x80 | 62, 0x80 | 63];
+    // 5, a health check, indexes "grpc-timeout: 20m": now [62] is 20m
+    // and [63] RLS, so 7, the same bytes as 3, is an RLS call with 20 ms.
+    let mut health = vec![0x04];
+    text(&mut health, "/grpc.health.v1.Health/Check");
+    health.push(0x40);
+    text(&mut health, "grpc-timeout");
+    text(&mut health, "20m");
+    let input = [
+        PREFACE.to_vec(),
+        block(1, &first),
+        block(3, &same),
+        block(5, &health),
+        block(7, &same),
+    ]
+    .concat();
+    let admit = Test::new(FailureMode::Error);
+    let (out, inject) = run(&mut Reader::default(), &admit, &input, 100_000);
+    let seen: Vec<u32> = frames(&out[PREFACE.len()..]).iter().map(|f| f.2).collect();
+    assert_eq!(seen, [1, 3, 5]);
+    assert_eq!(frames(&inject)[0].2, 7);
+}
