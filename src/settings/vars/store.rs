@@ -247,7 +247,7 @@ pub(crate) const failure_mode: Var = Var {
     name: "FAILURE_MODE",
     flag: "on-store-error",
     default: "`error` (gRPC UNAVAILABLE)",
-    doc: "What to answer when the store fails",
+    doc: "What to answer when the store fails, and a call shed past capacity (`error`: RESOURCE_EXHAUSTED; [shedding](deployment.md#past-capacity-shedding-by-deadline))",
 };
 
 /// `redis_persecond_type`.
