@@ -17,7 +17,7 @@
 //! to be read, and its answer waits for its connection's turn to be
 //! written. A new `ShouldRateLimit` call is shed when twice that wait and
 //! a tenth of its deadline do not fit in its `grpc-timeout`, or when the
-//! queue holds its cap (192 calls per worker thread: past what a worker's
+//! queue holds its cap (240 calls per worker thread: past what a worker's
 //! run queue keeps in order, the oldest calls come out late). A call
 //! without `grpc-timeout` is never shed here: it has no deadline to miss.
 //! Below capacity there is no queue and nothing is shed.

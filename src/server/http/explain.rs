@@ -31,7 +31,7 @@ struct JsonExplanation {
 const SHEDDING_RULE: &str = "a ShouldRateLimit call with a grpc-timeout is answered by \
 FAILURE_MODE at once, counting nothing, when it arrives and twice its wait behind the calls \
 queued for a thread and a tenth of its grpc-timeout would not fit in its grpc-timeout, or the \
-queue holds 192 calls per worker thread (queue), or when its grpc-timeout has passed by the \
+queue holds 240 calls per worker thread (queue), or when its grpc-timeout has passed by the \
 time it is served, less a tenth of it, at most 50 ms, kept back to answer (deadline)";
 
 /// How requests are shed now, and how many were.
@@ -320,7 +320,7 @@ mod tests {
                 .is_some_and(|r| r.contains("grpc-timeout has passed")
                     && r.contains("counting nothing")
                     && r.contains("queued for a thread")
-                    && r.contains("192 calls per worker")),
+                    && r.contains("240 calls per worker")),
             "{error}"
         );
         assert_eq!(json(FailureMode::Allow)["answer"], "OK");
