@@ -13,7 +13,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
-use crate::server::admit::{Lane, parse_grpc_timeout};
+use crate::server::admit::{Lane, RLS_PATH, parse_grpc_timeout};
 use crate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,9 +162,6 @@ fn store_deadline(timeout: Duration, waited: Duration) -> Duration {
     timeout.saturating_sub(waited).saturating_sub(reserve)
 }
 
-/// The path of the calls admission queues.
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-
 /// How long a request waited from its header block being read to its
 /// turn: stamped by [`stamp_arrival`], read by the handler.
 #[derive(Debug, Clone, Copy)]
@@ -177,7 +174,7 @@ pub(crate) struct Waited(Duration);
 pub(crate) fn stamp_arrival<B>(
     mut request: tonic::codegen::http::Request<B>,
 ) -> tonic::codegen::http::Request<B> {
-    if request.uri().path() == SHOULD_RATE_LIMIT
+    if request.uri().path() == RLS_PATH
         && let Some(waited) = request.extensions().get::<Lane>().map(Lane::start)
     {
         request.extensions_mut().insert(Waited(waited));

@@ -44,6 +44,9 @@ use crate::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The only calls admission sheds and queues.
+pub(crate) const RLS_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
 /// The least time a decided call takes from admission to its answer: a
 /// deadline shorter than this (and twice the wait) is shed.
 const ANSWER_TIME: Duration = Duration::from_micros(100);

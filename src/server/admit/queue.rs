@@ -6,21 +6,21 @@
 //! A call joins the queue when admission reads its header block, and
 //! leaves it when its handler starts (tonic's service stack runs only on
 //! the task's first poll, so nothing between the two can stamp it). Each
-//! connection is a [`Lane`]: what it admitted and what of that started, so
+//! connection is a [`Lane`]: what it admitted and what of that left, so
 //! that calls h2 refuses after admission (a client over its stream limit,
-//! a block h2 finds malformed; h2 closes a connection that keeps doing it)
-//! leave the queue when their connection ends.
+//! a block h2 finds malformed) leave the queue when their connection ends,
+//! or, when the queue is full, once they have waited a second.
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Calls in the queue from which it is a queue: below, a call's wait is
 /// the time its thread took to come round, not what the calls ahead took.
-pub(crate) const QUEUE_MIN: usize = 8;
+const QUEUE_MIN: usize = 8;
 /// How long a time per call measured stays true with nothing newer: a
 /// queue that has not formed since says nothing about one forming now.
 const FRESH_MS: u64 = 200;
@@ -47,8 +47,9 @@ const MAX_READS: usize = 1_024;
 #[derive(Debug)]
 pub(crate) struct Queue {
     epoch: Instant,
-    /// Calls admitted and not started.
-    waiting: CachePadded<AtomicI64>,
+    /// Calls admitted and not left: every lane's `admitted - left`, each
+    /// changed under its lane's lock, so never below zero.
+    waiting: CachePadded<AtomicUsize>,
     /// The time a call ahead adds to a wait (ns, low 32 bits), smoothed,
     /// and when it was last measured (ms since `epoch`, high 32 bits).
     per_call: CachePadded<AtomicU64>,
@@ -66,7 +67,7 @@ impl Queue {
     pub(crate) fn new(workers: usize) -> Self {
         Self {
             epoch: Instant::now(),
-            waiting: CachePadded::new(AtomicI64::new(0)),
+            waiting: CachePadded::new(AtomicUsize::new(0)),
             per_call: CachePadded::new(AtomicU64::new(0)),
             cap: CALLS_PER_WORKER.saturating_mul(workers.max(1)),
             lanes: Mutex::new((Vec::new(), 0)),
@@ -114,7 +115,7 @@ impl Queue {
 
     /// Calls admitted and not started.
     pub(crate) fn waiting(&self) -> usize {
-        usize::try_from(self.waiting.load(Ordering::Relaxed)).unwrap_or(0)
+        self.waiting.load(Ordering::Relaxed)
     }
 
     /// What a call waits behind the queue and `more` calls admitted
@@ -221,7 +222,7 @@ impl LaneCalls {
         self.left += n;
         queue
             .waiting
-            .fetch_sub(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+            .fetch_sub(usize::try_from(n).unwrap_or(usize::MAX), Ordering::Relaxed);
         n
     }
 }
@@ -256,7 +257,7 @@ impl Lane {
             .0
             .queue
             .waiting
-            .fetch_add(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+            .fetch_add(usize::try_from(n).unwrap_or(usize::MAX), Ordering::Relaxed);
         if calls.reads.len() == MAX_READS {
             calls.reads.pop_front();
         }

@@ -11,6 +11,7 @@
 //! them, see `uds.rs`). A block this decoder cannot read leaves the
 //! connection to h2 alone: everything passes, nothing is shed.
 
+use super::RLS_PATH;
 use super::answer::{
     CONTINUATION, DATA, END_HEADERS, END_STREAM, FRAME_HEAD, HEADERS, MAX_FRAME, RST_STREAM,
     SETTINGS, WINDOW_UPDATE, fragment, frame_head, window_update, write_block,
@@ -22,8 +23,6 @@ use std::time::Duration;
 
 /// The client connection preface (RFC 9113 §3.4).
 const PREFACE_LEN: usize = 24;
-/// The only calls shed at admission.
-const RLS_PATH: &[u8] = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 /// A header block larger than this is left to h2 (which refuses it far
 /// below this size, by `GRPC_MAX_HEADER_LIST_BYTES`).
 const MAX_BLOCK: usize = 1 << 20;
@@ -357,7 +356,7 @@ impl Reader {
                     .table
                     .read(fragment, self.diverged, |kind, name, value| {
                         match kind {
-                            Kind::Path => rls = value.is(RLS_PATH, coded),
+                            Kind::Path => rls = value.is(RLS_PATH.as_bytes(), coded),
                             Kind::Timeout => {
                                 timeout = value.decode().and_then(|v| parse_grpc_timeout(&v));
                             }
@@ -442,7 +441,7 @@ enum Start {
 /// The Huffman code of [`RLS_PATH`].
 fn coded() -> &'static [u8] {
     static CODED: OnceLock<Vec<u8>> = OnceLock::new();
-    CODED.get_or_init(|| huffman_encode(RLS_PATH))
+    CODED.get_or_init(|| huffman_encode(RLS_PATH.as_bytes()))
 }
 
 #[cfg(test)]
