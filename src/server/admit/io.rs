@@ -166,13 +166,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Admitted<IO> {
                         this.eof = true;
                     } else if this.raw.is_empty() {
                         let before = this.out.len();
-                        let used = this.reader.process(
-                            input,
-                            &mut this.out,
-                            &mut this.inject,
-                            &*this.admission,
-                        );
-                        this.lane.admit(this.reader.admitted);
+                        let used = this.process(input);
                         if before == 0
                             && used == input.len()
                             && this.out.len() == used
