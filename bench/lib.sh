@@ -25,6 +25,16 @@ for _ in range(1000):
 '
 }
 
+stop() { # stop PID: SIGINT, then SIGKILL after 30 s; returns once it is gone
+    kill -INT "$1" 2>/dev/null || true
+    for _ in $(seq 300); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
 wait_for() { # wait_for COMMAND…: retry for up to 10 s
     for _ in $(seq 200); do
         if "$@" >/dev/null 2>&1; then return 0; fi

@@ -181,10 +181,15 @@ pub async fn serve_with_debug(
         .map(|(age, grace)| age.saturating_add(grace));
     // Calls shed as they arrive when their wait behind the calls queued
     // would make them late (see admit/mod.rs).
-    let workers = tokio::runtime::Handle::current().metrics().num_workers();
-    let queue = Arc::new(admit::Queue::new(workers));
+    let runtime = tokio::runtime::Handle::current().metrics();
+    let queue = Arc::new(admit::Queue::new(runtime.num_workers()));
+    let busy = admit::Busy::new(
+        Box::new(admit::RuntimeBusy(runtime)),
+        std::time::Instant::now(),
+    );
     let admission = Arc::new(admit::Admission::new(
         queue,
+        busy,
         limiter.shedding().failure_mode,
         &crate::limiter::LimitError::Shed.to_string(),
         limiter.metrics().clone(),

@@ -16,13 +16,17 @@
 //! ahead of it), so about their product; its bytes waited about as long
 //! to be read, and its answer waits for its connection's turn to be
 //! written. A new `ShouldRateLimit` call is shed when twice that wait and
-//! a tenth of its deadline do not fit in its `grpc-timeout`, or when the
+//! a tenth of its deadline do not fit in its `grpc-timeout`; or when the
 //! queue holds its cap (240 calls per worker thread: past what a worker's
-//! run queue keeps in order, the oldest calls come out late). A call
-//! without `grpc-timeout` is never shed here: it has no deadline to miss.
-//! Below capacity there is no queue and nothing is shed.
+//! run queue keeps in order, the oldest calls come out late) and the
+//! worker threads were busy 90 % of the last 25 ms, so the queue stands
+//! (one a stall of the host left behind drains, [`Busy`]); or when it
+//! holds four times its cap. A call without `grpc-timeout` is never shed
+//! here: it has no deadline to miss. Below capacity there is no queue and
+//! nothing is shed.
 
 mod answer;
+mod busy;
 mod hpack;
 mod io;
 mod queue;
@@ -36,6 +40,7 @@ pub(crate) use answer::{
 };
 #[cfg(test)]
 pub(crate) use answer::{MAX_FRAME, PADDED, PRIORITY};
+pub(crate) use busy::{Busy, Runtime as RuntimeBusy};
 pub(crate) use io::Admitted;
 pub(crate) use queue::{Lane, Queue};
 
@@ -58,13 +63,16 @@ pub(crate) struct Admission {
     queue: Arc<Queue>,
     answer: ShedAnswer,
     metrics: Arc<Metrics>,
+    busy: Busy,
 }
 
 impl Admission {
-    /// Admission by `queue`'s wait, shed calls answered as `mode` says
-    /// (`message`: the handler's shed error text) and counted in `metrics`.
+    /// Admission by `queue`'s wait and the threads' `busy` time, shed calls
+    /// answered as `mode` says (`message`: the handler's shed error text)
+    /// and counted in `metrics`.
     pub(crate) fn new(
         queue: Arc<Queue>,
+        busy: Busy,
         mode: FailureMode,
         message: &str,
         metrics: Arc<Metrics>,
@@ -73,6 +81,7 @@ impl Admission {
             queue,
             answer: ShedAnswer::new(mode, message),
             metrics,
+            busy,
         }
     }
 }
@@ -92,14 +101,17 @@ impl read::Admit for Admission {
         if sheds(timeout, Duration::ZERO) {
             return true;
         }
-        // A call with a deadline is not queued past the cap, where calls
-        // stop being run in order (once calls h2 refused are given up on);
-        // nor where the calls ahead would make it late, if their time was
-        // measured lately (the clock is read only then: a time per call
-        // measured long ago says nothing of now).
+        // A call with a deadline is not queued past the cap (once calls h2
+        // refused are given up on) while the threads are busy all the time,
+        // where a queue stands and calls stop being run in order; nor past
+        // the backstop however busy; nor where the calls ahead would make
+        // it late, if their time was measured lately (the clock is read
+        // only then: a time per call measured long ago says nothing of
+        // now).
         (timeout.is_some() && self.queue.full(more) && {
-            self.queue.sweep(Instant::now());
-            self.queue.full(more)
+            let now = Instant::now();
+            self.queue.sweep(now);
+            self.queue.full(more) && (self.queue.overfull(more) || self.busy.saturated(now))
         }) || (sheds(timeout, self.queue.wait(more)) && self.queue.fresh(Instant::now()))
     }
 
@@ -157,21 +169,57 @@ mod tests {
         assert!(!sheds(None, ms(60_000)));
     }
 
-    #[test]
-    fn a_full_queue_sheds_calls_with_a_deadline_only() {
-        use read::Admit;
+    /// Threads busy all the time (each reading adds ten seconds), or
+    /// never.
+    #[derive(Debug)]
+    struct Threads(bool, std::sync::atomic::AtomicU64);
+
+    impl busy::BusyTime for Threads {
+        fn busy(&self) -> Duration {
+            let step = if self.0 { 10 } else { 0 };
+            let seconds = self.1.fetch_add(step, std::sync::atomic::Ordering::Relaxed);
+            Duration::from_secs(seconds)
+        }
+        fn workers(&self) -> u32 {
+            1
+        }
+    }
+
+    fn admission(busy: bool) -> (Admission, Lane) {
         let queue = Arc::new(Queue::new(1));
+        let threads = Threads(busy, 0.into());
+        // The first window began a second ago: it has ended.
+        let start = Instant::now().checked_sub(Duration::from_secs(1));
+        let busy = Busy::new(Box::new(threads), start.unwrap_or_else(Instant::now));
         let admission = Admission::new(
             queue.clone(),
+            busy,
             FailureMode::Error,
             "shed",
             Arc::new(Metrics::new(0.8, 100)),
         );
-        let lane = Lane::new(queue);
+        (admission, Lane::new(queue))
+    }
+
+    #[test]
+    fn a_full_queue_sheds_calls_with_a_deadline_while_the_threads_are_busy() {
+        use read::Admit;
+        let (admission, lane) = admission(true);
         let ms = Some(Duration::from_millis(20));
         // No time per call measured: only the cap can shed.
         lane.admit(queue::CALLS_PER_WORKER - 2);
         assert!(!admission.sheds(ms, 1));
+        assert!(admission.sheds(ms, 2));
+        assert!(!admission.sheds(None, 2));
+    }
+
+    #[test]
+    fn threads_with_time_to_spare_let_the_queue_grow_to_its_backstop() {
+        use read::Admit;
+        let (admission, lane) = admission(false);
+        let ms = Some(Duration::from_millis(20));
+        lane.admit(queue::CALLS_PER_WORKER * 4 - 2);
+        assert!(!admission.sheds(ms, 1), "a stall's queue drains");
         assert!(admission.sheds(ms, 2));
         assert!(!admission.sheds(None, 2));
     }

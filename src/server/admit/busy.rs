@@ -1,0 +1,128 @@
+//! Whether the worker threads have been busy nearly all the time lately:
+//! what tells a queue that stands (calls come faster than they are
+//! served, so it never drains and the oldest calls leave their order)
+//! from one a stall left behind (the host took the core for some
+//! milliseconds; the calls read after it pile up, then drain while the
+//! threads still have time to spare).
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the time busy is measured over: longer than the stalls a
+/// shared host makes (a 10 ms stall in a window of 25 ms at half load is
+/// 70 % busy), short enough that a queue standing up is known before many
+/// calls come out of order.
+const WINDOW: Duration = Duration::from_millis(25);
+
+/// The share of a window busy, in hundredths, from which the threads are
+/// saturated.
+const SATURATED_PERCENT: u128 = 90;
+
+/// The worker threads' time busy.
+pub(crate) trait BusyTime: Send + Sync + std::fmt::Debug {
+    /// Every worker thread's time busy since the runtime began, summed.
+    fn busy(&self) -> Duration;
+    /// How many worker threads there are.
+    fn workers(&self) -> u32;
+}
+
+/// tokio's own count of each worker's busy time (brought up to date every
+/// 61 tasks and whenever a worker parks).
+#[derive(Debug)]
+pub(crate) struct Runtime(pub(crate) tokio::runtime::RuntimeMetrics);
+
+impl BusyTime for Runtime {
+    fn busy(&self) -> Duration {
+        (0..self.0.num_workers())
+            .map(|worker| self.0.worker_total_busy_duration(worker))
+            .sum()
+    }
+
+    fn workers(&self) -> u32 {
+        u32::try_from(self.0.num_workers()).unwrap_or(u32::MAX)
+    }
+}
+
+/// Whether the worker threads were busy nearly all of the last window.
+#[derive(Debug)]
+pub(crate) struct Busy {
+    source: Box<dyn BusyTime>,
+    /// When the window began, and the time busy then.
+    mark: Mutex<(Instant, Duration)>,
+    saturated: AtomicBool,
+}
+
+impl Busy {
+    /// Measured from `source`, the first window beginning `now`.
+    pub(crate) fn new(source: Box<dyn BusyTime>, now: Instant) -> Self {
+        let busy = source.busy();
+        Self {
+            source,
+            mark: Mutex::new((now, busy)),
+            saturated: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the threads were busy at least 90 % of the last window that
+    /// ended (`now`). Asked only of a full queue: a window is measured
+    /// whole, from the last time asked, so one that began long ago (no
+    /// queue since) counts as it was, mostly idle. A thread that finds
+    /// another measuring takes the last answer.
+    pub(crate) fn saturated(&self, now: Instant) -> bool {
+        if let Some(mut mark) = self.mark.try_lock() {
+            let elapsed = now.saturating_duration_since(mark.0);
+            if elapsed >= WINDOW {
+                let busy = self.source.busy();
+                let spent = busy.saturating_sub(mark.1).as_nanos();
+                let room = elapsed.as_nanos() * u128::from(self.source.workers().max(1));
+                self.saturated
+                    .store(spent * 100 >= room * SATURATED_PERCENT, Ordering::Relaxed);
+                *mark = (now, busy);
+            }
+        }
+        self.saturated.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    /// Busy time set by the test.
+    #[derive(Debug, Default)]
+    struct Set(Arc<AtomicU64>);
+
+    impl BusyTime for Set {
+        fn busy(&self) -> Duration {
+            Duration::from_millis(self.0.load(Ordering::Relaxed))
+        }
+        fn workers(&self) -> u32 {
+            2
+        }
+    }
+
+    #[test]
+    fn saturated_once_a_whole_window_was_nearly_all_busy() {
+        let ms = Duration::from_millis;
+        let spent = Arc::new(AtomicU64::new(1_000));
+        let t0 = Instant::now();
+        let busy = Busy::new(Box::new(Set(spent.clone())), t0);
+        // Two threads, 30 ms: 60 ms of room. Not a whole window yet at
+        // 20 ms, so the answer stays the first one.
+        spent.store(1_060, Ordering::Relaxed);
+        assert!(!busy.saturated(t0 + ms(20)));
+        assert!(busy.saturated(t0 + ms(30)));
+        // The next window runs from 30 ms: 54 of 60 ms is 90 %.
+        spent.store(1_114, Ordering::Relaxed);
+        assert!(busy.saturated(t0 + ms(50)), "within the window: as last");
+        assert!(busy.saturated(t0 + ms(60)));
+        spent.store(1_167, Ordering::Relaxed);
+        assert!(!busy.saturated(t0 + ms(90)), "53 of 60 ms");
+        // A stall's queue after a quiet second: a long window, mostly idle.
+        spent.store(1_267, Ordering::Relaxed);
+        assert!(!busy.saturated(t0 + ms(1_090)));
+    }
+}
