@@ -14,15 +14,16 @@
 //!
 //! Replacing one header changes the block's HPACK encoding, and HPACK
 //! blocks share a dynamic table across a connection: so every block of
-//! the connection is decoded (with the client's table, as h2 would) and
-//! written again as literals that never enter a table, which keeps h2's
-//! table empty and in step. Frames other than HEADERS and CONTINUATION
+//! the connection is read (with the client's table, as h2 would, by
+//! admission's HPACK reader) and written again as literals that never
+//! enter a table, each string coded as it came, which keeps h2's table
+//! empty and in step. Frames other than HEADERS and CONTINUATION
 //! pass through untouched, streamed. What the server writes back is not
 //! touched. TCP connections never come here.
 
 use super::admit::{
-    CONTINUATION, END_HEADERS, END_STREAM, FRAME_HEAD, HEADERS, fragment, frame_head, give,
-    write_block,
+    CONTINUATION, END_HEADERS, END_STREAM, FRAME_HEAD, HEADERS, HpackTable, HpackText, fragment,
+    frame_head, give, write_block,
 };
 use axum::http::uri::Authority;
 use std::io;
@@ -91,7 +92,8 @@ pub(crate) struct Rewritten<IO> {
     out_at: usize,
     state: State,
     block: Option<Block>,
-    decoder: loona_hpack::Decoder<'static>,
+    /// The client's HPACK table.
+    table: HpackTable,
     eof: bool,
 }
 
@@ -106,8 +108,6 @@ impl<IO> std::fmt::Debug for Rewritten<IO> {
 impl<IO> Rewritten<IO> {
     /// `io`'s header blocks re-encoded as the server reads them.
     pub(crate) fn new(io: IO) -> Self {
-        let mut decoder = loona_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(TABLE_SIZE);
         Self {
             io,
             raw: Vec::new(),
@@ -115,7 +115,7 @@ impl<IO> Rewritten<IO> {
             out_at: 0,
             state: State::Preface(PREFACE_LEN),
             block: None,
-            decoder,
+            table: HpackTable::new(TABLE_SIZE),
             eof: false,
         }
     }
@@ -227,19 +227,28 @@ impl<IO> Rewritten<IO> {
     fn reencode(&mut self, fragment: &[u8]) -> Result<Vec<u8>, BlockError> {
         let mut out = Vec::with_capacity(fragment.len() * 2);
         let mut failed = false;
-        self.decoder
-            .decode_with_cb(fragment, |name, value| {
-                let value: &[u8] =
-                    if &*name == b":authority" && Authority::try_from(&*value).is_err() {
-                        LOCALHOST
-                    } else {
-                        &value
-                    };
+        self.table
+            .read(fragment, true, |_, name, value| {
+                let value = match name.decode() {
+                    Some(name) if &*name == b":authority" => match value.decode() {
+                        Some(authority) if Authority::try_from(&*authority).is_ok() => value,
+                        Some(_) => HpackText::Plain(LOCALHOST),
+                        None => {
+                            failed = true;
+                            value
+                        }
+                    },
+                    Some(_) => value,
+                    None => {
+                        failed = true;
+                        value
+                    }
+                };
                 // "Literal Header Field without Indexing, New Name"
                 // (RFC 7541 §6.2.2): nothing enters h2's table.
                 out.push(0);
-                failed |=
-                    push_string(&mut out, &name).is_err() || push_string(&mut out, value).is_err();
+                name.write(&mut out);
+                value.write(&mut out);
             })
             .map_err(|_| BlockError::Decode)?;
         if failed {
@@ -247,14 +256,6 @@ impl<IO> Rewritten<IO> {
         }
         Ok(out)
     }
-}
-
-/// An HPACK string literal, not Huffman-coded: its length with a 7-bit
-/// prefix, then its bytes.
-fn push_string(out: &mut Vec<u8>, bytes: &[u8]) -> io::Result<()> {
-    loona_hpack::encoder::encode_integer_into(bytes.len(), 7, 0, out)?;
-    out.extend_from_slice(bytes);
-    Ok(())
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Rewritten<IO> {
@@ -464,6 +465,39 @@ mod tests {
                 ]
             );
         }
+    }
+
+    #[test]
+    fn huffman_coded_authorities_are_read_and_kept_coded() {
+        use crate::server::admit::huffman_encode;
+        // `:authority` (static name 1) as a literal never indexed, its
+        // value Huffman-coded, as gRPC core and Envoy code strings.
+        let literal = |value: &str| {
+            let code = huffman_encode(value.as_bytes());
+            let mut block = vec![0x82, 0x10 | 1, 0x80 | u8::try_from(code.len()).unwrap()];
+            block.extend_from_slice(&code);
+            block
+        };
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            1,
+            &literal("tmp%2Fx%2Frls.sock"),
+        ));
+        input.extend(frame(HEADERS, END_HEADERS, 3, &literal("localhost:8081")));
+        let out = rewrite(&input, 5).unwrap();
+        let (blocks, _) = read_back(&out);
+        assert_eq!(
+            blocks,
+            vec![
+                headers(&[(":method", "GET"), (":authority", "localhost")]),
+                headers(&[(":method", "GET"), (":authority", "localhost:8081")]),
+            ]
+        );
+        // The kept authority went out as it came: coded.
+        let code = huffman_encode(b"localhost:8081");
+        assert!(out.windows(code.len()).any(|w| w == code));
     }
 
     #[test]

@@ -12,14 +12,14 @@ use std::sync::OnceLock;
 
 /// A string as a header block carries it, or as the table holds it.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Text<'a> {
+pub(crate) enum Text<'a> {
     Plain(&'a [u8]),
     Huffman(&'a [u8]),
 }
 
 impl Text<'_> {
     /// The string's octets; `None` when its Huffman code is malformed.
-    pub(super) fn decode(&self) -> Option<Cow<'_, [u8]>> {
+    pub(crate) fn decode(&self) -> Option<Cow<'_, [u8]>> {
         match *self {
             Text::Plain(bytes) => Some(Cow::Borrowed(bytes)),
             Text::Huffman(code) => huffman_decode(code).map(Cow::Owned),
@@ -35,7 +35,7 @@ impl Text<'_> {
     }
 
     /// Writes the string as an HPACK string literal, coded as it was.
-    pub(super) fn write(&self, out: &mut Vec<u8>) {
+    pub(crate) fn write(&self, out: &mut Vec<u8>) {
         let (flag, bytes) = match *self {
             Text::Plain(bytes) => (0, bytes),
             Text::Huffman(code) => (0x80, code),
@@ -48,7 +48,7 @@ impl Text<'_> {
 /// The fields admission reads, told apart when a name enters the table
 /// (not compared on every call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     Path,
     Timeout,
     Other,
@@ -71,14 +71,14 @@ impl Kind {
 
 /// A header block that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Malformed;
+pub(crate) struct Malformed;
 
 /// A table entry: name, value, and the kind its name makes it.
 type Entry = (Box<[u8]>, Box<[u8]>, Kind);
 
 /// The client's dynamic table (RFC 7541 §4), newest entry first.
 #[derive(Debug)]
-pub(super) struct Table {
+pub(crate) struct Table {
     entries: VecDeque<Entry>,
     size: usize,
     max: usize,
@@ -88,7 +88,7 @@ pub(super) struct Table {
 
 impl Table {
     /// An empty table the client may size up to `allowed` octets.
-    pub(super) fn new(allowed: usize) -> Self {
+    pub(crate) fn new(allowed: usize) -> Self {
         Self {
             entries: VecDeque::new(),
             size: 0,
@@ -131,7 +131,7 @@ impl Table {
     /// name and value in order: every field when `all`, else only those
     /// whose kind is not [`Kind::Other`]. Returns whether the block
     /// changed the table.
-    pub(super) fn read(
+    pub(crate) fn read(
         &mut self,
         mut block: &[u8],
         all: bool,
@@ -301,7 +301,7 @@ pub(super) fn huffman_decode(code: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Huffman-codes `text` (RFC 7541 §5.2), padded with ones.
-pub(super) fn huffman_encode(text: &[u8]) -> Vec<u8> {
+pub(crate) fn huffman_encode(text: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len());
     let (mut acc, mut bits) = (0u64, 0u32);
     for &byte in text {

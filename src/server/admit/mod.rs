@@ -41,6 +41,9 @@ pub(crate) use answer::{
 #[cfg(test)]
 pub(crate) use answer::{MAX_FRAME, PADDED, PRIORITY};
 pub(crate) use busy::{Busy, Runtime as RuntimeBusy};
+#[cfg(test)]
+pub(crate) use hpack::huffman_encode;
+pub(crate) use hpack::{Table as HpackTable, Text as HpackText};
 pub(crate) use io::Admitted;
 pub(crate) use queue::{Lane, Queue};
 
