@@ -15,13 +15,15 @@
 //! takes (the handler measures it: a call's wait over the calls that were
 //! ahead of it), so about their product; its bytes waited about as long
 //! to be read, and its answer waits for its connection's turn to be
-//! written. A new `ShouldRateLimit` call is shed when twice that wait and
-//! a tenth of its deadline do not fit in its `grpc-timeout`; or when the
-//! queue holds its cap (240 calls per worker thread: past what a worker's
-//! run queue keeps in order, the oldest calls come out late) and the
-//! worker threads were busy 90 % of the last 25 ms, so the queue stands
-//! (one a stall of the host left behind drains, [`Busy`]); or when it
-//! holds four times its cap. A call without `grpc-timeout` is never shed
+//! written. While the worker threads were busy 90 % of the last 25 ms,
+//! so that the queue stands (one a stall of the host left behind drains,
+//! and a time per call measured across the stall overstates it:
+//! [`Busy`]), a new `ShouldRateLimit` call is shed when twice that wait
+//! and a tenth of its deadline do not fit in its `grpc-timeout`, or when
+//! the queue holds its cap (240 calls per worker thread: past what a
+//! worker's run queue keeps in order, the oldest calls come out late).
+//! Whatever the load, it is shed when the queue holds four times its
+//! cap. A call without `grpc-timeout` is never shed
 //! here: it has no deadline to miss. Below capacity there is no queue and
 //! nothing is shed.
 
@@ -107,15 +109,20 @@ impl read::Admit for Admission {
         // A call with a deadline is not queued past the cap (once calls h2
         // refused are given up on) while the threads are busy all the time,
         // where a queue stands and calls stop being run in order; nor past
-        // the backstop however busy; nor where the calls ahead would make
-        // it late, if their time was measured lately (the clock is read
-        // only then: a time per call measured long ago says nothing of
-        // now).
+        // the backstop however busy; nor, while the threads are busy,
+        // where the calls ahead would make it late, if their time was
+        // measured lately (the clock is read only then: a time per call
+        // measured long ago says nothing of now). With time to spare the
+        // queue drains: a time per call measured across a stall of the
+        // host overstates it and would shed calls that are in time.
         (timeout.is_some() && self.queue.full(more) && {
             let now = Instant::now();
             self.queue.sweep(now);
             self.queue.full(more) && (self.queue.overfull(more) || self.busy.saturated(now))
-        }) || (sheds(timeout, self.queue.wait(more)) && self.queue.fresh(Instant::now()))
+        }) || (sheds(timeout, self.queue.wait(more)) && {
+            let now = Instant::now();
+            self.queue.fresh(now) && self.busy.saturated(now)
+        })
     }
 
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>) {
@@ -214,6 +221,28 @@ mod tests {
         assert!(!admission.sheds(ms, 1));
         assert!(admission.sheds(ms, 2));
         assert!(!admission.sheds(None, 2));
+    }
+
+    #[test]
+    fn the_calls_wait_sheds_only_while_the_threads_are_busy() {
+        use read::Admit;
+        let ms = Duration::from_millis;
+        for busy in [true, false] {
+            let (admission, lane) = admission(busy);
+            // 40 calls read 20 ms ago; the ninth started 8 ms after, 8
+            // calls ahead of it: 1 ms a call, so the 31 left wait 31 ms.
+            let t0 = Instant::now().checked_sub(ms(20)).unwrap();
+            lane.admit_at(40, t0);
+            for _ in 0..8 {
+                lane.start_at(t0);
+            }
+            lane.start_at(t0 + ms(8));
+            assert_eq!(admission.queue.wait(0), ms(31));
+            // Busy all the time, the queue stands: a 20 ms call is shed.
+            // With time to spare, the queue a stall left drains faster
+            // than a time per call measured across the stall says.
+            assert_eq!(admission.sheds(Some(ms(20)), 0), busy, "busy: {busy}");
+        }
     }
 
     #[test]

@@ -263,7 +263,7 @@ impl Lane {
         }
     }
 
-    fn admit_at(&self, n: u64, now: Instant) {
+    pub(super) fn admit_at(&self, n: u64, now: Instant) {
         let mut calls = self.calls();
         let first = calls.admitted + 1;
         calls.admitted += n;
@@ -291,7 +291,7 @@ impl Lane {
         self.start_at(Instant::now())
     }
 
-    fn start_at(&self, now: Instant) -> Duration {
+    pub(super) fn start_at(&self, now: Instant) -> Duration {
         let queue = &self.0.queue;
         let mut calls = self.calls();
         // A call given up on (see `expire`) left already.
