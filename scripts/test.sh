@@ -61,11 +61,6 @@ cargo fmt --all --check
 echo "==> cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 echo "==> cargo test"
-# Four tests at a time on two cores: most integration tests wait on the
-# processes they start (Redis, Sentinel failovers, Envoy, regions under
-# load in real time), so the redis suite ran 310 s with two and 230 s
-# with four.
-export RUST_TEST_THREADS=${RUST_TEST_THREADS:-4}
 cargo test --all-targets --locked
 cargo test --doc --locked
 echo "==> cargo doc"
