@@ -115,14 +115,21 @@ impl read::Admit for Admission {
         // measured long ago says nothing of now). With time to spare the
         // queue drains: a time per call measured across a stall of the
         // host overstates it and would shed calls that are in time.
-        (timeout.is_some() && self.queue.full(more) && {
-            let now = Instant::now();
+        let full = timeout.is_some() && self.queue.full(more);
+        let now = full.then(Instant::now);
+        if let Some(now) = now {
             self.queue.sweep(now);
-            self.queue.full(more) && (self.queue.overfull(more) || self.busy.saturated(now))
-        }) || (sheds(timeout, self.queue.wait(more)) && {
-            let now = Instant::now();
-            self.queue.fresh(now) && self.busy.saturated(now)
-        })
+            if self.queue.overfull(more) {
+                return true;
+            }
+        }
+        let full = full && self.queue.full(more);
+        let late = sheds(timeout, self.queue.wait(more));
+        if !full && !late {
+            return false;
+        }
+        let now = now.unwrap_or_else(Instant::now);
+        self.busy.saturated(now) && (full || self.queue.fresh(now))
     }
 
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>) {
