@@ -21,7 +21,6 @@ mod memcached;
 mod model;
 mod redact;
 mod redis;
-mod regions;
 mod rlqs;
 mod tables;
 mod wan;
