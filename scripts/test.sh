@@ -65,8 +65,11 @@ echo "==> cargo test"
 # The regions tests watch per-minute budgets for minutes of real time at
 # little CPU, so they run beside the other test binaries, not after them
 # (`test = false` in Cargo.toml keeps them out of `--all-targets`). Their
-# output is shown when both are done.
-regions_bin=$(cargo test --test regions --locked --no-run 2>&1 | tee /dev/stderr |
+# output is shown when both are done. Everything is built first: they
+# compare decision times, which a build beside them would upset.
+cargo test --all-targets --locked --no-run
+cargo test --test regions --locked --no-run
+regions_bin=$(cargo test --test regions --locked --no-run 2>&1 |
     sed -n 's/^ *Executable .*(\(.*\))$/\1/p')
 regions_log=$(mktemp)
 "$regions_bin" >"$regions_log" 2>&1 &
