@@ -45,6 +45,13 @@ const BACKSTOP: usize = 4;
 /// stream limit, a header block h2 finds malformed), and those never start.
 /// Calls with a deadline never wait this long: they are shed first.
 const GIVE_UP: Duration = Duration::from_secs(1);
+/// How fast the time per call may grow: doubling every 50 ms (by a
+/// fiftieth a millisecond in between), from when it last fell or a queue
+/// formed after none. Real costs grow
+/// with the work, not within a millisecond; the calls a stall of the host
+/// caught each measure the stall again (a call read before it, with 10
+/// ahead, waited 40 ms: 4 ms a call, where a call takes 20 µs).
+const GROWTH_MS: u64 = 50;
 /// How often a full queue looks for calls to give up on, at most.
 const SWEEP_MS: u64 = 100;
 /// Reads remembered per connection for the handlers' waits (the oldest are
@@ -61,6 +68,9 @@ pub(crate) struct Queue {
     /// The time a call ahead adds to a wait (ns, low 32 bits), smoothed,
     /// and when it was last measured (ms since `epoch`, high 32 bits).
     per_call: CachePadded<AtomicU64>,
+    /// The time per call that growth is measured from (ns, low 32 bits)
+    /// and since when (ms since `epoch`, high 32 bits): see [`GROWTH_MS`].
+    grown_from: AtomicU64,
     /// The most calls waiting ([`CALLS_PER_WORKER`] per worker thread).
     cap: usize,
     /// Every connection's lane, for [`Queue::sweep`], and how many lived
@@ -77,6 +87,7 @@ impl Queue {
             epoch: Instant::now(),
             waiting: CachePadded::new(AtomicUsize::new(0)),
             per_call: CachePadded::new(AtomicU64::new(0)),
+            grown_from: AtomicU64::new(0),
             cap: CALLS_PER_WORKER.saturating_mul(workers.max(1)),
             lanes: Mutex::new((Vec::new(), 0)),
             swept_at: AtomicU64::new(0),
@@ -173,28 +184,40 @@ impl Queue {
         let sample = u64::try_from(waited.as_nanos() / u128::from(ahead))
             .unwrap_or(u64::MAX)
             .min(u64::from(u32::MAX));
-        let old = self.per_call.load(Ordering::Relaxed);
-        let old_ns = old & u64::from(u32::MAX);
-        // At most twice the time known: a call that waited out a stall of
-        // its thread (another process ran, the host took the core) says
-        // nothing of what each call ahead took, and one such measure
-        // taken as it is sheds calls that would have been in time. Real
-        // costs still grow quickly: calls start by the thousand a second.
-        let sample = if old_ns > 0 {
-            sample.min(old_ns.saturating_mul(2))
-        } else {
-            sample
-        };
+        let mask = u64::from(u32::MAX);
+        let old_ns = self.per_call.load(Ordering::Relaxed) & mask;
+        let fresh = old_ns > 0 && self.fresh(now);
+        let ms = self.millis(now);
         // An eighth of each new measure; after a while with no queue, the
-        // first taken whole. Threads racing here lose a sample, never the
-        // value.
-        let ns = if self.fresh(now) && old_ns > 0 {
+        // first taken whole. Either way it grows no faster than
+        // GROWTH_MS allows, measured from the time known when the queue
+        // formed: a call that waited out a stall of its thread (another
+        // process ran, the host took the core) says nothing of what each
+        // call ahead took, and such measures taken as they are shed calls
+        // that would have been in time. Threads racing here lose a
+        // sample, never the value.
+        let ns = if fresh {
             (old_ns * 7 + sample) / 8
         } else {
             sample
         };
-        self.per_call
-            .store(self.millis(now) << 32 | ns, Ordering::Relaxed);
+        let from = self.grown_from.load(Ordering::Relaxed);
+        let (from_ms, from_ns) = if fresh {
+            (from >> 32, from & mask)
+        } else {
+            (ms, old_ns)
+        };
+        let ns = if from_ns > 0 {
+            let elapsed = ms.wrapping_sub(from_ms) & mask;
+            let doubled = from_ns << (elapsed / GROWTH_MS).min(32);
+            ns.min(doubled.saturating_add(doubled * (elapsed % GROWTH_MS) / GROWTH_MS))
+        } else {
+            ns
+        };
+        if !fresh || ns <= from_ns {
+            self.grown_from.store(ms << 32 | ns, Ordering::Relaxed);
+        }
+        self.per_call.store(ms << 32 | ns, Ordering::Relaxed);
     }
 }
 

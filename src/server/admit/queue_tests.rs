@@ -24,16 +24,18 @@ fn a_call_waits_the_calls_ahead_times_what_each_took_lately() {
     assert_eq!(queue.waiting(), 11);
     assert_eq!(queue.wait(0), US(5_500));
     assert_eq!(queue.wait(1), US(6_000));
-    // Smoothed: an eighth of each new measure (9 ahead in 7.2 ms: 800 µs).
+    // Smoothed: an eighth of each new measure (9 ahead in 7.2 ms: 800 µs;
+    // 537.5 µs), grown no faster than 2 % a millisecond (3 ms: 530 µs).
     lane.start_at(t0 + US(7_200));
-    assert_eq!(queue.wait(0), Duration::from_nanos(10 * 537_500));
+    assert_eq!(queue.wait(0), Duration::from_nanos(10 * 530_000));
     assert!(queue.fresh(t0 + US(7_200 + 200_000)));
     assert!(!queue.fresh(t0 + US(7_200 + 201_000)));
     // Measured again after a while with no queue: taken whole, but
-    // never past twice the time known (300 ms over 10 calls ahead is a
-    // stall, not 30 ms a call).
+    // never past the time known (300 ms over 10 calls ahead is a stall,
+    // not 30 ms a call), nor past it by more than it grows in the
+    // milliseconds since.
     lane.start_at(t0 + US(300_000));
-    assert_eq!(queue.wait(0), Duration::from_nanos(9 * 2 * 537_500));
+    assert_eq!(queue.wait(0), Duration::from_nanos(9 * 530_000));
     for _ in 0..9 {
         lane.start_at(t0 + US(300_001));
     }
@@ -120,4 +122,58 @@ fn calls_that_never_start_are_given_up_on_after_a_second() {
     }
     let lanes = queue.lanes.lock();
     assert!(lanes.0.len() <= 128, "{} lanes kept", lanes.0.len());
+}
+
+/// Starts `n` of `lane`'s calls, one every `each` from `at`; returns when
+/// the last started.
+fn start_every(lane: &Lane, n: u64, at: Instant, each: Duration) -> Instant {
+    let mut t = at;
+    for _ in 0..n {
+        t += each;
+        lane.start_at(t);
+    }
+    t
+}
+
+/// The time per call now measured, in whole microseconds.
+fn per_call_us(queue: &Queue) -> u64 {
+    (queue.per_call.load(Ordering::Relaxed) & u64::from(u32::MAX)) / 1_000
+}
+
+#[test]
+fn a_stall_does_not_raise_the_time_per_call_that_real_costs_raise_in_time() {
+    let queue = Arc::new(Queue::new(1));
+    let t0 = queue.epoch;
+    let lane = Lane::new(queue.clone());
+    // A queue of 100 calls, one served every 20 µs.
+    lane.admit_at(100, t0);
+    let t = start_every(&lane, 100, t0, US(20));
+    assert!(
+        (20..=23).contains(&per_call_us(&queue)),
+        "{}",
+        per_call_us(&queue)
+    );
+    // A second with no queue, then the host takes the core for 40 ms:
+    // the 30 calls read as it began start after it, 20 µs apart, each
+    // having waited out the stall. The time per call stays what it was.
+    let stall = t + Duration::from_secs(1);
+    lane.admit_at(30, stall);
+    let t = start_every(&lane, 30, stall + US(40_000), US(20));
+    assert!(per_call_us(&queue) <= 23, "{} µs", per_call_us(&queue));
+    // Calls that really take 80 µs, in a queue that stands: the time per
+    // call follows, doubling at most every 50 ms.
+    let heavier = t + Duration::from_secs(1);
+    lane.admit_at(4_000, heavier);
+    let t = start_every(&lane, 310, heavier, US(80));
+    assert!(
+        per_call_us(&queue) <= 35,
+        "25 ms on: {} µs",
+        per_call_us(&queue)
+    );
+    start_every(&lane, 3_000, t, US(80));
+    assert!(
+        per_call_us(&queue) >= 70,
+        "265 ms on: {} µs",
+        per_call_us(&queue)
+    );
 }
