@@ -52,15 +52,24 @@ pub fn call_with(
 }
 
 /// What came back on one stream: its header blocks' headers and its
-/// DATA bytes.
+/// DATA bytes, and when its last frame was read.
 #[derive(Default, Debug)]
 pub struct Answer {
     pub headers: Vec<(String, String)>,
     pub data: Vec<u8>,
     pub ended: bool,
+    pub ended_at: Option<std::time::Instant>,
 }
 
 impl Answer {
+    /// Takes a frame's `flags`: ended (now) if END_STREAM is set.
+    fn end(&mut self, flags: u8) {
+        if flags & END_STREAM != 0 && !self.ended {
+            self.ended = true;
+            self.ended_at = Some(std::time::Instant::now());
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -121,12 +130,12 @@ pub async fn exchange_within<IO: AsyncRead + AsyncWrite + Unpin>(
                         let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
                         answer.headers.push((text(n), text(v)));
                     }
-                    answer.ended |= flags & END_STREAM != 0;
+                    answer.end(flags);
                 }
                 0x0 => {
                     let answer = answers.entry(stream).or_default();
                     answer.data.extend_from_slice(&payload);
-                    answer.ended |= flags & END_STREAM != 0;
+                    answer.end(flags);
                 }
                 _ => {}
             }
