@@ -4,19 +4,22 @@
 # (examples/overload.rs, pinned to LOAD_CPU: requests sent on a schedule
 # whatever the answers, each with a DEADLINE_MS grpc-timeout as Envoy
 # sends it) at 0.5x, 1x, 2x and 4x the capacity first measured closed-loop
-# with h2load (CONNS x STREAMS, CAP_SECS).
+# with h2load (CONNS x STREAMS, CAP_SECS, the median of CAP_RUNS runs).
 #
 # Prints, per server and load: the rate asked, the rate the generator sent
 # (one core cannot always send 4x another core's capacity: read the
 # achieved load), goodput (decisions within the deadline) per second, and
-# the shares within the deadline and shed; then for floodgate one line per
+# the shares within the deadline and shed, and for floodgate the calls shed
+# by admission's queue rule and by a passed deadline
+# (`ratelimit_shed_total{reason}` read after each load); then for floodgate one line per
 # load, for other tools:
 #   overload load=2.0x goodput_ratio=0.83 within_deadline=0.995 shed=0.31
 # goodput_ratio: goodput per second over the capacity measured at 1x;
 # within_deadline: answered (decision or shed) within the deadline, over
 # all requests sent; shed: shed answers over all requests sent.
 #
-# Settings (environment): SECS (5 per load), CAP_SECS (5), CONNS (4),
+# Settings (environment): SECS (5 per load), CAP_SECS (5), CAP_RUNS (3:
+# the capacity is their median), CONNS (4),
 # STREAMS (128), GEN_CONNS (8), DEADLINE_MS (20), LOADS ("0.5 1 2 4"),
 # SERVER_CPU (1), LOAD_CPU (0), FLOODGATE_ENV (settings for floodgate, e.g.
 # "GRPC_MAX_CONCURRENT_STREAMS=4"), OUT (a new temporary directory). Needs
@@ -27,6 +30,7 @@ source bench/lib.sh
 
 SECS=${SECS:-5}
 CAP_SECS=${CAP_SECS:-5}
+CAP_RUNS=${CAP_RUNS:-3}
 CONNS=${CONNS:-4}
 STREAMS=${STREAMS:-128}
 # 8 connections, as Envoy opens about one per worker: with 64, the generator
@@ -46,12 +50,17 @@ echo "==> building release binaries"
 cargo build --release --locked --bin floodgate --example grpc_body --example ceiling --example overload
 "$BIN/examples/grpc_body" encode bench "client=c0" >"$OUT/body.bin"
 
-# capacity PORT: closed-loop req/s.
+# capacity PORT: closed-loop req/s, the median of CAP_RUNS runs (one run
+# on this shared host measured anywhere from 38,000 to 60,000 req/s for
+# the same binary minutes apart, and every load is a multiple of it).
 capacity() {
-    taskset -c "$LOAD_CPU" h2load -D "$CAP_SECS" -c "$CONNS" -m "$STREAMS" -t 1 \
-        -H 'content-type: application/grpc' -H 'te: trailers' -d "$OUT/body.bin" \
-        "http://127.0.0.1:$1$METHOD" >"$OUT/capacity-$1.txt" 2>&1
-    awk '/^finished in/ { sub(",", "", $4); printf "%.0f", $4 }' "$OUT/capacity-$1.txt"
+    local i
+    for i in $(seq "$CAP_RUNS"); do
+        taskset -c "$LOAD_CPU" h2load -D "$CAP_SECS" -c "$CONNS" -m "$STREAMS" -t 1 \
+            -H 'content-type: application/grpc' -H 'te: trailers' -d "$OUT/body.bin" \
+            "http://127.0.0.1:$1$METHOD" >"$OUT/capacity-$1-$i.txt" 2>&1
+        awk '/^finished in/ { sub(",", "", $4); printf "%.0f\n", $4 }' "$OUT/capacity-$1-$i.txt"
+    done | sort -n | awk '{ v[NR] = $1 } END { printf "%d", v[int((NR + 1) / 2)] }'
 }
 
 # run NAME PORT: capacity, then each load; rows to $OUT/NAME.tsv.
@@ -64,6 +73,9 @@ run() {
         line=$(taskset -c "$LOAD_CPU" "$BIN/examples/overload" "127.0.0.1:$port" "$OUT/body.bin" \
             "$rate" "$SECS" "$GEN_CONNS" "$DEADLINE_MS" | tee "$OUT/$name-$load.txt" | grep '^total')
         printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$load" "$cap" "$rate" "$line" >>"$OUT/$name.tsv"
+        if [ -n "${METRICS:-}" ]; then
+            curl -sf "$METRICS" | grep '^ratelimit_shed_total' >"$OUT/$name-$load-shed.txt" || true
+        fi
     done
 }
 
@@ -88,6 +100,9 @@ http=$(free_port)
 start env ${FLOODGATE_ENV:-} "$BIN/floodgate" serve --config-dir bench/config --store memory \
     --grpc-addr "127.0.0.1:$port" --http-addr "127.0.0.1:$http" --log-level warn
 wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
+# Read after each load: what was shed by admission's queue rule and what
+# by a passed deadline (a call whose caller gave up before it started).
+METRICS="http://127.0.0.1:$http/metrics"
 run floodgate "$port"
 curl -sf "http://127.0.0.1:$http/metrics" | grep '^ratelimit_shed_total' >"$OUT/shed-metric.txt" || true
 
@@ -95,19 +110,28 @@ python3 - "$OUT" "$SECS" <<'EOF'
 import sys, re, os
 out, secs = sys.argv[1], int(sys.argv[2])
 print()
-print("server\tload\tcapacity/s\tasked/s\tsent/s\tgoodput/s\twithin_deadline\tshed\tlate\terrors")
+print("server\tload\tcapacity/s\tasked/s\tsent/s\tgoodput/s\twithin_deadline\tshed\tlate\terrors\tshed_queue\tshed_deadline")
 lines = []
+def shed_by_reason(name, load):
+    path = os.path.join(out, f"{name}-{load}-shed.txt")
+    if not os.path.exists(path):
+        return None
+    return dict((r, int(float(v))) for r, v in re.findall(r'reason="(\w+)"\} (\S+)', open(path).read()))
 for name in ("noop", "floodgate"):
     path = os.path.join(out, name + ".tsv")
     if not os.path.exists(path):
         continue
+    before = {}
     for row in open(path):
         server, load, cap, rate, total = row.rstrip("\n").split("\t", 4)
         f = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", total))
         sent = max(f["sent"], 1)
         within = (f["goodput"] + f["shed"]) / sent
         print(f"{server}\t{load}x\t{cap}\t{rate}\t{f['sent'] // secs}\t{f['goodput'] // secs}\t"
-              f"{within:.3f}\t{f['shed'] / sent:.3f}\t{f['late'] / sent:.3f}\t{f['errors'] / sent:.3f}")
+              f"{within:.3f}\t{f['shed'] / sent:.3f}\t{f['late'] / sent:.3f}\t{f['errors'] / sent:.3f}\t"
+              + ("\t".join(str(after.get(r, 0) - before.get(r, 0)) for r in ("queue", "deadline"))
+                 if (after := shed_by_reason(server, load)) is not None else "-\t-"))
+        before = after or before
         if server == "floodgate":
             lines.append(f"overload load={float(load):.1f}x goodput_ratio={f['goodput'] / secs / max(int(cap), 1):.2f} "
                          f"within_deadline={within:.3f} shed={f['shed'] / sent:.2f}")
