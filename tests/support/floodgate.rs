@@ -113,36 +113,61 @@ impl Floodgate {
         for (name, yaml) in files {
             std::fs::write(rules.path().join(name), yaml).unwrap();
         }
-        let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
-        let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
-        command
-            .arg("serve")
-            .arg("--config-dir")
-            .arg(rules.path())
-            .env_clear()
-            .env("GRPC_HOST", "127.0.0.1")
-            .env("GRPC_PORT", grpc_port.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("PORT", http_port.to_string())
-            .env("USE_PROMETHEUS", "true")
-            .env("PROMETHEUS_ADDR", format!("127.0.0.1:{metrics_port}"))
-            .env("LOG_LEVEL", "warn")
-            .stdout(Stdio::null())
-            .stderr(log);
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let mut child = command.spawn().unwrap();
-        let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
-        let healthy = poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
-            let exited = child.try_wait().unwrap().is_some();
-            async move {
-                assert!(!exited, "exited early");
-                (raw_http(http, "GET", "/healthcheck", b"").await == Some(200)).then_some(true)
+        // A port picked free may be taken before the child binds it (by
+        // another test's process, several binaries running at once): the
+        // child then exits, and another server may even answer on it. So
+        // the child must still run once healthy; if not, new ports.
+        // (A retry's log goes nowhere: a test reading the log would see it
+        // empty and say so.)
+        let mut log = Some(log.into());
+        let mut attempts = 0;
+        let (child, grpc_port, http_port, metrics_port) = loop {
+            attempts += 1;
+            let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
+            let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
+            command
+                .arg("serve")
+                .arg("--config-dir")
+                .arg(rules.path())
+                .env_clear()
+                .env("GRPC_HOST", "127.0.0.1")
+                .env("GRPC_PORT", grpc_port.to_string())
+                .env("HOST", "127.0.0.1")
+                .env("PORT", http_port.to_string())
+                .env("USE_PROMETHEUS", "true")
+                .env("PROMETHEUS_ADDR", format!("127.0.0.1:{metrics_port}"))
+                .env("LOG_LEVEL", "warn")
+                .stdout(Stdio::null())
+                .stderr(log.take().unwrap_or_else(Stdio::null));
+            for (key, value) in env {
+                command.env(key, value);
             }
-        })
-        .await;
-        assert!(healthy, "not healthy");
+            let mut child = command.spawn().unwrap();
+            let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
+            let healthy =
+                poll_until_async(Duration::from_secs(20), Duration::from_millis(50), || {
+                    let exited = child.try_wait().unwrap().is_some();
+                    async move {
+                        if exited {
+                            return Some(false);
+                        }
+                        (raw_http(http, "GET", "/healthcheck", b"").await == Some(200))
+                            .then_some(true)
+                    }
+                })
+                .await;
+            let running = child.try_wait().unwrap().is_none();
+            if healthy && running {
+                break (child, grpc_port, http_port, metrics_port);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(
+                attempts < 3,
+                "not healthy (healthy: {healthy}, running: {running})"
+            );
+        };
+        let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
         Self {
             child,
             grpc_port,
