@@ -60,32 +60,12 @@ echo "==> cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 cargo clippy --test regions --locked -- -D warnings
 echo "==> cargo test"
-# The regions tests watch per-minute budgets for minutes of real time at
-# little CPU, so they run beside the other test binaries, not after them
-# (`test = false` in Cargo.toml keeps them out of `--all-targets`). Their
-# output is shown when both are done. Everything is built first: they
-# compare decision times, which a build beside them would upset.
-cargo test --all-targets --locked --no-run
-cargo test --test regions --locked --no-run
-regions_bin=$(cargo test --test regions --locked --no-run 2>&1 |
-    sed -n 's/^ *Executable .*(\(.*\))$/\1/p')
-regions_log=$(mktemp)
-"$regions_bin" >"$regions_log" 2>&1 &
-regions_pid=$!
-trap 'kill "$regions_pid" 2>/dev/null || true; rm -f "$regions_log"' EXIT
-# The other binaries run at a lower priority (nice 10): the regions tests
-# compare decision times, and their processes (floodgate, redis-server, the
-# simulated WAN) use little CPU but must get it when they ask.
-rest=0
-nice -n 10 cargo test --all-targets --locked || rest=$?
-regions=0
-wait "$regions_pid" || regions=$?
-echo "==> tests/regions (run beside the others)"
-cat "$regions_log"
-if [ "$rest" != 0 ] || [ "$regions" != 0 ]; then
-    echo "==> tests failed (other binaries: exit $rest; regions: exit $regions)"
-    exit 1
-fi
+# The regions tests (`test = false` in Cargo.toml keeps them out of
+# `--all-targets`) run alone after the others: they compare decision times
+# to within 2 ms, and beside the other binaries, even at a lower priority,
+# a stall of the shared cores failed that in two of three runs.
+cargo test --all-targets --locked
+cargo test --test regions --locked
 cargo test --doc --locked
 echo "==> cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
