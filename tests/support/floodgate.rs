@@ -121,7 +121,7 @@ impl Floodgate {
         // empty and say so.)
         let mut log = Some(log.into());
         let mut attempts = 0;
-        let (child, grpc_port, http_port, metrics_port) = loop {
+        let (child, grpc_port, http, metrics_port) = loop {
             attempts += 1;
             let (grpc_port, http_port, metrics_port) = (free_port(), free_port(), free_port());
             let mut command = Command::new(env!("CARGO_BIN_EXE_floodgate"));
@@ -158,7 +158,7 @@ impl Floodgate {
                 .await;
             let running = child.try_wait().unwrap().is_none();
             if healthy && running {
-                break (child, grpc_port, http_port, metrics_port);
+                break (child, grpc_port, http, metrics_port);
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -167,7 +167,6 @@ impl Floodgate {
                 "not healthy (healthy: {healthy}, running: {running})"
             );
         };
-        let http: SocketAddr = format!("127.0.0.1:{http_port}").parse().unwrap();
         Self {
             child,
             grpc_port,

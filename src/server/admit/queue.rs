@@ -47,10 +47,10 @@ const BACKSTOP: usize = 4;
 const GIVE_UP: Duration = Duration::from_secs(1);
 /// How fast the time per call may grow: doubling every 50 ms (by a
 /// fiftieth a millisecond in between), from when it last fell or a queue
-/// formed after none. Real costs grow
-/// with the work, not within a millisecond; the calls a stall of the host
-/// caught each measure the stall again (a call read before it, with 10
-/// ahead, waited 40 ms: 4 ms a call, where a call takes 20 µs).
+/// formed after none. Real costs grow with the work, not within a
+/// millisecond; the calls a stall of the host caught each measure the
+/// stall again (a call read before it, with 10 ahead, waited 40 ms: 4 ms
+/// a call, where a call takes 20 µs).
 const GROWTH_MS: u64 = 50;
 /// How often a full queue looks for calls to give up on, at most.
 const SWEEP_MS: u64 = 100;
@@ -145,8 +145,15 @@ impl Queue {
         if calls < QUEUE_MIN {
             return Duration::ZERO;
         }
-        let per_call = self.per_call.load(Ordering::Relaxed) & u64::from(u32::MAX);
-        Duration::from_nanos(per_call.saturating_mul(u64::try_from(calls).unwrap_or(u64::MAX)))
+        Duration::from_nanos(
+            self.per_call_ns()
+                .saturating_mul(u64::try_from(calls).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// The time per call last measured, in ns (0: never).
+    fn per_call_ns(&self) -> u64 {
+        self.per_call.load(Ordering::Relaxed) & u64::from(u32::MAX)
     }
 
     /// Whether `more` calls admitted before a call take the queue to its
@@ -185,7 +192,7 @@ impl Queue {
             .unwrap_or(u64::MAX)
             .min(u64::from(u32::MAX));
         let mask = u64::from(u32::MAX);
-        let old_ns = self.per_call.load(Ordering::Relaxed) & mask;
+        let old_ns = self.per_call_ns();
         let fresh = old_ns > 0 && self.fresh(now);
         let ms = self.millis(now);
         // An eighth of each new measure; after a while with no queue, the

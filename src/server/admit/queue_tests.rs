@@ -137,7 +137,7 @@ fn start_every(lane: &Lane, n: u64, at: Instant, each: Duration) -> Instant {
 
 /// The time per call now measured, in whole microseconds.
 fn per_call_us(queue: &Queue) -> u64 {
-    (queue.per_call.load(Ordering::Relaxed) & u64::from(u32::MAX)) / 1_000
+    queue.per_call_ns() / 1_000
 }
 
 #[test]
