@@ -40,7 +40,7 @@ descriptors:
 ";
 
 /// The two tests under load run one at a time: each is a dozen processes
-/// on a machine of two cores, and their decision times are compared.
+/// on a machine of two cores.
 static UNDER_LOAD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A stores file holding `text`, removed when dropped.
@@ -231,6 +231,7 @@ fn global_counts(global: &RedisServer) -> BTreeMap<u64, u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::print_stderr)] // the p99s, measured, not asserted
 async fn a_global_budget_holds_across_three_regions_at_regional_latency() {
     let _alone = UNDER_LOAD.lock().await;
     let global = RedisServer::start();
@@ -300,13 +301,18 @@ async fn a_global_budget_holds_across_three_regions_at_regional_latency() {
             );
         }
     }
-    // Decisions on the global budget take what decisions on `local` take,
-    // not the 80 ms round trip: in each region, over the pairs sent once
-    // each instance has made its first round trips to the global store (a
-    // descriptor's first hits ask the store itself: that is how floodgate
-    // learns the store is far), the p99 on the budget is within 2 ms of the
-    // p99 on `local`.
+    // Decisions on the global budget do not wait on the 80 ms round trip
+    // to the global store. Over the pairs sent once each instance has made
+    // its first round trips to the global store (a descriptor's first hits
+    // ask the store itself: that is how floodgate learns the store is far),
+    // a budget answer waited on the store when it took at least the round
+    // trip while its pair on `local`, sent at the same instant to the same
+    // instance, came back within half of it: a stall of the shared cores
+    // delays both, the round trip only the one that made it. At most 1 %
+    // of the pairs in each region may: the first hits of a new minute's
+    // window. The time itself is measured, not asserted (p99s printed).
     let warm = started + 2_000;
+    let round_trip = 2 * DEFAULT_ONE_WAY;
     let p99 = |mut took: Vec<Duration>| {
         took.sort_unstable();
         took[(took.len() * 99 / 100).min(took.len() - 1)]
@@ -319,15 +325,24 @@ async fn a_global_budget_holds_across_three_regions_at_regional_latency() {
         let after: Vec<&(Answer, Answer)> = pairs.iter().filter(|(g, _)| g.at >= warm).collect();
         let on_budget = p99(after.iter().map(|(g, _)| g.took).collect());
         let on_local = p99(after.iter().map(|(_, l)| l.took).collect());
-        let slow: Vec<(u64, u64)> = pairs
+        eprintln!(
+            "region {region}: {} pairs, p99 {on_budget:?} on the global budget, {on_local:?} on local",
+            after.len()
+        );
+        let waited: Vec<(u64, u64, u64)> = after
             .iter()
-            .filter(|(g, _)| g.took > Duration::from_millis(40))
-            .map(|(g, _)| (g.at % 60_000, u64::try_from(g.took.as_millis()).unwrap()))
+            .filter(|(g, l)| g.took >= round_trip && l.took < round_trip / 2)
+            .map(|(g, l)| {
+                let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap();
+                (g.at % 60_000, ms(g.took), ms(l.took))
+            })
             .collect();
         assert!(
-            on_budget <= on_local + Duration::from_millis(2),
-            "region {region}: p99 {on_budget:?} on the global budget, {on_local:?} on local; (ms into the minute, ms taken) over 40 ms of {}: {slow:?}",
-            pairs.len()
+            waited.len() * 100 <= after.len(),
+            "region {region}: {} of {} budget answers waited on the global store; the first (ms into the minute, ms on the budget, ms on local): {:?}",
+            waited.len(),
+            after.len(),
+            &waited[..waited.len().min(20)]
         );
     }
     for server in [a1, a2, b1, c1] {
