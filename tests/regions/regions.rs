@@ -127,9 +127,44 @@ fn answer_of(response: &RateLimitResponse, took: Duration) -> Answer {
     }
 }
 
-/// Sends `descriptor` (one entry) to `server` `per_second` times a second
-/// for `run`, each request on its own task (the schedule never waits for
-/// an answer), and returns every answer.
+/// Spawns `ask()` `per_second` times a second for `run`, each on its own
+/// task (the schedule never waits for an answer), and returns every
+/// answer in the order sent.
+async fn paced<T, F>(per_second: u64, run: Duration, mut ask: impl FnMut() -> F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(1_000 / per_second));
+    while started.elapsed() < run {
+        tick.tick().await;
+        tasks.push(tokio::spawn(ask()));
+    }
+    let mut answers = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+/// One request for the single `entry`, and its answer with the time taken.
+async fn ask(
+    mut client: RateLimitServiceClient<tonic::transport::Channel>,
+    entry: (&'static str, String),
+) -> Answer {
+    let sent = Instant::now();
+    let response = client
+        .should_rate_limit(request("regions", &[&[(entry.0, &entry.1)]]))
+        .await
+        .unwrap()
+        .into_inner();
+    answer_of(&response, sent.elapsed())
+}
+
+/// Sends `entry` (one descriptor entry) to `server` `per_second` times a
+/// second for `run`, and returns every answer.
 async fn load(
     server: &Floodgate,
     entry: (&'static str, String),
@@ -137,29 +172,7 @@ async fn load(
     run: Duration,
 ) -> Vec<Answer> {
     let client = server.client().await;
-    let every = Duration::from_millis(1_000 / per_second);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    let mut tick = tokio::time::interval(every);
-    while started.elapsed() < run {
-        tick.tick().await;
-        let (mut client, value) = (client.clone(), entry.1.clone());
-        let key = entry.0;
-        tasks.push(tokio::spawn(async move {
-            let sent = Instant::now();
-            let response = client
-                .should_rate_limit(request("regions", &[&[(key, &value)]]))
-                .await
-                .unwrap()
-                .into_inner();
-            answer_of(&response, sent.elapsed())
-        }));
-    }
-    let mut answers = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        answers.push(task.await.unwrap());
-    }
-    answers
+    paced(per_second, run, || ask(client.clone(), entry.clone())).await
 }
 
 /// Sends a request on the global budget (`tenant`) and one on `local`
@@ -173,32 +186,16 @@ async fn load_pairs(
     run: Duration,
 ) -> Vec<(Answer, Answer)> {
     let client = server.client().await;
-    let every = Duration::from_millis(1_000 / per_second);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    let mut tick = tokio::time::interval(every);
-    while started.elapsed() < run {
-        tick.tick().await;
+    paced(per_second, run, || {
         let (global, near) = (client.clone(), client.clone());
-        let ask = |mut client: RateLimitServiceClient<tonic::transport::Channel>,
-                   entry: (&'static str, &'static str)| async move {
-            let sent = Instant::now();
-            let response = client
-                .should_rate_limit(request("regions", &[&[entry]]))
-                .await
-                .unwrap()
-                .into_inner();
-            answer_of(&response, sent.elapsed())
-        };
-        tasks.push(tokio::spawn(async move {
-            tokio::join!(ask(global, ("tenant", "acme")), ask(near, ("burst", local)))
-        }));
-    }
-    let mut pairs = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        pairs.push(task.await.unwrap());
-    }
-    pairs
+        async move {
+            tokio::join!(
+                ask(global, ("tenant", "acme".to_owned())),
+                ask(near, ("burst", local.to_owned()))
+            )
+        }
+    })
+    .await
 }
 
 /// Per minute: answers, and those admitted.
