@@ -48,8 +48,8 @@ impl BusyTime for Runtime {
 #[derive(Debug)]
 pub(crate) struct Busy {
     source: Box<dyn BusyTime>,
-    /// When the window began, and the time busy then.
-    mark: Mutex<(Instant, Duration)>,
+    /// When the window began, the time busy then, and the calls waiting.
+    mark: Mutex<(Instant, Duration, usize)>,
     saturated: AtomicBool,
 }
 
@@ -59,26 +59,34 @@ impl Busy {
         let busy = source.busy();
         Self {
             source,
-            mark: Mutex::new((now, busy)),
+            mark: Mutex::new((now, busy, 0)),
             saturated: AtomicBool::new(false),
         }
     }
 
-    /// Whether the threads were busy at least 90 % of the last window that
-    /// ended (`now`). Asked only of a full queue: a window is measured
-    /// whole, from the last time asked, so one that began long ago (no
-    /// queue since) counts as it was, mostly idle. A thread that finds
-    /// another measuring takes the last answer.
-    pub(crate) fn saturated(&self, now: Instant) -> bool {
+    /// Whether a queue stands: the threads were busy at least 90 % of the
+    /// last window that ended (`now`), and the calls `waiting` did not fall
+    /// by a quarter or more over it unless it already stood (a queue that
+    /// falls that fast drains: a stall of the host left it; one that
+    /// stands and is shed down to its cap still stands). Asked only of a
+    /// full queue: a window is measured whole, from the last time asked,
+    /// so one that began long ago (no queue since) counts as it was,
+    /// mostly idle. A thread that finds another measuring takes the last
+    /// answer.
+    pub(crate) fn saturated(&self, now: Instant, waiting: usize) -> bool {
         if let Some(mut mark) = self.mark.try_lock() {
             let elapsed = now.saturating_duration_since(mark.0);
             if elapsed >= WINDOW {
                 let busy = self.source.busy();
                 let spent = busy.saturating_sub(mark.1).as_nanos();
                 let room = elapsed.as_nanos() * u128::from(self.source.workers().max(1));
-                self.saturated
-                    .store(spent * 100 >= room * SATURATED_PERCENT, Ordering::Relaxed);
-                *mark = (now, busy);
+                let stood = self.saturated.load(Ordering::Relaxed);
+                let drains = waiting.saturating_mul(4) <= mark.2.saturating_mul(3);
+                self.saturated.store(
+                    spent * 100 >= room * SATURATED_PERCENT && (stood || !drains),
+                    Ordering::Relaxed,
+                );
+                *mark = (now, busy, waiting);
             }
         }
         self.saturated.load(Ordering::Relaxed)
@@ -113,16 +121,39 @@ mod tests {
         // Two threads, 30 ms: 60 ms of room. Not a whole window yet at
         // 20 ms, so the answer stays the first one.
         spent.store(1_060, Ordering::Relaxed);
-        assert!(!busy.saturated(t0 + ms(20)));
-        assert!(busy.saturated(t0 + ms(30)));
+        assert!(!busy.saturated(t0 + ms(20), 300));
+        assert!(busy.saturated(t0 + ms(30), 300));
         // The next window runs from 30 ms: 54 of 60 ms is 90 %.
         spent.store(1_114, Ordering::Relaxed);
-        assert!(busy.saturated(t0 + ms(50)), "within the window: as last");
-        assert!(busy.saturated(t0 + ms(60)));
+        assert!(busy.saturated(t0 + ms(50), 300), "within the window: as last");
+        assert!(busy.saturated(t0 + ms(60), 300));
         spent.store(1_167, Ordering::Relaxed);
-        assert!(!busy.saturated(t0 + ms(90)), "53 of 60 ms");
+        assert!(!busy.saturated(t0 + ms(90), 300), "53 of 60 ms");
         // A stall's queue after a quiet second: a long window, mostly idle.
         spent.store(1_267, Ordering::Relaxed);
-        assert!(!busy.saturated(t0 + ms(1_090)));
+        assert!(!busy.saturated(t0 + ms(1_090), 300));
+    }
+
+    #[test]
+    fn a_queue_that_drains_does_not_stand_until_it_stops_draining() {
+        let ms = Duration::from_millis;
+        let spent = Arc::new(AtomicU64::new(0));
+        let t0 = Instant::now();
+        let busy = Busy::new(Box::new(Set(spent.clone())), t0);
+        // A stall left 900 calls; the threads work through them, busy
+        // all the time, and 25 ms on 375 are left: it drains.
+        assert!(!busy.saturated(t0 + ms(1_000), 900), "a quiet second");
+        spent.store(50, Ordering::Relaxed);
+        assert!(!busy.saturated(t0 + ms(1_025), 375));
+        // A queue growing, or holding its size, with the threads busy
+        // stands.
+        spent.store(100, Ordering::Relaxed);
+        assert!(busy.saturated(t0 + ms(1_050), 960));
+        // Shed down to its cap, it still stands while the threads are
+        // busy; no longer once they have time to spare.
+        spent.store(150, Ordering::Relaxed);
+        assert!(busy.saturated(t0 + ms(1_075), 240));
+        spent.store(170, Ordering::Relaxed);
+        assert!(!busy.saturated(t0 + ms(1_100), 240));
     }
 }

@@ -129,7 +129,7 @@ impl read::Admit for Admission {
             return false;
         }
         let now = now.unwrap_or_else(Instant::now);
-        self.busy.saturated(now) && (full || self.queue.fresh(now))
+        self.busy.saturated(now, self.queue.waiting()) && (full || self.queue.fresh(now))
     }
 
     fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>) {
