@@ -11,8 +11,13 @@
 # achieved load), goodput (decisions within the deadline) per second, and
 # the shares within the deadline and shed, and for floodgate the calls shed
 # by admission's queue rule and by a passed deadline
-# (`ratelimit_shed_total{reason}` read after each load); then for floodgate one line per
-# load, for other tools:
+# (`ratelimit_shed_total{reason}` read after each load); per load, the
+# share of its core the server used (`server_cpu`) and the share the host
+# took from that core (`steal`, /proc/stat), and for floodgate its
+# capacity measured again after the load (`capacity_after/s`): this host's
+# speed moves by a third within minutes, and a load is a multiple of the
+# capacity measured before it; then for floodgate one line per load, for
+# other tools:
 #   overload load=2.0x goodput_ratio=0.83 within_deadline=0.995 shed=0.31
 # goodput_ratio: goodput per second over the capacity measured at 1x;
 # within_deadline: answered (decision or shed) within the deadline, over
@@ -63,19 +68,38 @@ capacity() {
     done | sort -n | awk '{ v[NR] = $1 } END { printf "%d", v[int((NR + 1) / 2)] }'
 }
 
-# run NAME PORT: capacity, then each load; rows to $OUT/NAME.tsv.
+# cpu_now PID: the server's CPU time and its core's steal time, in clock
+# ticks, and the wall time in ms, space-separated.
+cpu_now() {
+    local stat steal
+    stat=$(cut -d' ' -f14,15 "/proc/$1/stat")
+    steal=$(awk -v cpu="cpu$SERVER_CPU" '$1 == cpu { print $9 }' /proc/stat)
+    echo "$((${stat% *} + ${stat#* })) $steal $(date +%s%3N)"
+}
+
+# run NAME PORT PID: capacity, then each load; rows to $OUT/NAME.tsv.
 run() {
-    local name=$1 port=$2 cap load rate line
+    local name=$1 port=$2 pid=$3 cap load rate line before after again
     cap=$(capacity "$port")
     echo "$name capacity $cap req/s (closed loop, $CONNS x $STREAMS streams)"
     for load in $LOADS; do
         rate=$(python3 -c "print(int($cap * $load))")
-        line=$(taskset -c "$LOAD_CPU" "$BIN/examples/overload" "127.0.0.1:$port" "$OUT/body.bin" \
-            "$rate" "$SECS" "$GEN_CONNS" "$DEADLINE_MS" | tee "$OUT/$name-$load.txt" | grep '^total')
-        printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$load" "$cap" "$rate" "$line" >>"$OUT/$name.tsv"
+        # The server's use of its core is sampled over the SECS of sending
+        # (the generator then waits up to a second for late answers).
+        taskset -c "$LOAD_CPU" "$BIN/examples/overload" "127.0.0.1:$port" "$OUT/body.bin" \
+            "$rate" "$SECS" "$GEN_CONNS" "$DEADLINE_MS" >"$OUT/$name-$load.txt" &
+        before=$(cpu_now "$pid")
+        sleep "$SECS"
+        after=$(cpu_now "$pid")
+        wait $!
+        line=$(grep '^total' "$OUT/$name-$load.txt")
+        again=-
         if [ -n "${METRICS:-}" ]; then
             curl -sf "$METRICS" | grep '^ratelimit_shed_total' >"$OUT/$name-$load-shed.txt" || true
+            again=$(CAP_RUNS=1 capacity "$port")
         fi
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$load" "$cap" "$rate" "$before" "$after" "$again" \
+            "$line" >>"$OUT/$name.tsv"
     done
 }
 
@@ -88,7 +112,7 @@ start() { # start COMMAND…: pinned to SERVER_CPU; sets PID
 port=$(free_port)
 start "$BIN/examples/ceiling" "127.0.0.1:$port" --no-lifo
 wait_for python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))"
-run noop "$port"
+run noop "$port" "$PID"
 # Gone before floodgate starts on the same core: a server past capacity
 # still runs its backlog after the generator stops, and one left draining
 # took most of the core from floodgate's capacity measure (19,549 req/s
@@ -103,14 +127,15 @@ wait_for curl -sf "http://127.0.0.1:$http/healthcheck"
 # Read after each load: what was shed by admission's queue rule and what
 # by a passed deadline (a call whose caller gave up before it started).
 METRICS="http://127.0.0.1:$http/metrics"
-run floodgate "$port"
+run floodgate "$port" "$PID"
 curl -sf "http://127.0.0.1:$http/metrics" | grep '^ratelimit_shed_total' >"$OUT/shed-metric.txt" || true
 
 python3 - "$OUT" "$SECS" <<'EOF'
 import sys, re, os
 out, secs = sys.argv[1], int(sys.argv[2])
 print()
-print("server\tload\tcapacity/s\tasked/s\tsent/s\tgoodput/s\twithin_deadline\tshed\tlate\terrors\tshed_queue\tshed_deadline")
+print("server\tload\tcapacity/s\tasked/s\tsent/s\tgoodput/s\twithin_deadline\tshed\tlate\terrors\tshed_queue\tshed_deadline\tserver_cpu\tsteal\tcapacity_after/s")
+tick = os.sysconf("SC_CLK_TCK")
 lines = []
 def shed_by_reason(name, load):
     path = os.path.join(out, f"{name}-{load}-shed.txt")
@@ -121,17 +146,21 @@ for name in ("noop", "floodgate"):
     path = os.path.join(out, name + ".tsv")
     if not os.path.exists(path):
         continue
-    before = {}
+    sheds = {}
     for row in open(path):
-        server, load, cap, rate, total = row.rstrip("\n").split("\t", 4)
+        server, load, cap, rate, before, after, again, total = row.rstrip("\n").split("\t", 7)
+        (cpu0, steal0, ms0), (cpu1, steal1, ms1) = (map(int, x.split()) for x in (before, after))
+        wall = max(ms1 - ms0, 1) / 1000 * tick
+        usage = f"{(cpu1 - cpu0) / wall:.2f}\t{(steal1 - steal0) / wall:.2f}\t{again}"
         f = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", total))
         sent = max(f["sent"], 1)
         within = (f["goodput"] + f["shed"]) / sent
         print(f"{server}\t{load}x\t{cap}\t{rate}\t{f['sent'] // secs}\t{f['goodput'] // secs}\t"
               f"{within:.3f}\t{f['shed'] / sent:.3f}\t{f['late'] / sent:.3f}\t{f['errors'] / sent:.3f}\t"
-              + ("\t".join(str(after.get(r, 0) - before.get(r, 0)) for r in ("queue", "deadline"))
-                 if (after := shed_by_reason(server, load)) is not None else "-\t-"))
-        before = after or before
+              + ("\t".join(str(shed.get(r, 0) - sheds.get(r, 0)) for r in ("queue", "deadline"))
+                 if (shed := shed_by_reason(server, load)) is not None else "-\t-")
+              + "\t" + usage)
+        sheds = shed or sheds
         if server == "floodgate":
             lines.append(f"overload load={float(load):.1f}x goodput_ratio={f['goodput'] / secs / max(int(cap), 1):.2f} "
                          f"within_deadline={within:.3f} shed={f['shed'] / sent:.2f}")
