@@ -69,7 +69,7 @@ impl Busy {
     /// by a quarter or more over it unless it already stood (a queue that
     /// falls that fast drains: a stall of the host left it; one that
     /// stands and is shed down to its cap still stands). Asked only of a
-    /// full queue: a window is measured whole, from the last time asked,
+    /// queue that is full or would make a call late: a window is measured whole, from the last time asked,
     /// so one that began long ago (no queue since) counts as it was,
     /// mostly idle. A thread that finds another measuring takes the last
     /// answer.
@@ -125,7 +125,10 @@ mod tests {
         assert!(busy.saturated(t0 + ms(30), 300));
         // The next window runs from 30 ms: 54 of 60 ms is 90 %.
         spent.store(1_114, Ordering::Relaxed);
-        assert!(busy.saturated(t0 + ms(50), 300), "within the window: as last");
+        assert!(
+            busy.saturated(t0 + ms(50), 300),
+            "within the window: as last"
+        );
         assert!(busy.saturated(t0 + ms(60), 300));
         spent.store(1_167, Ordering::Relaxed);
         assert!(!busy.saturated(t0 + ms(90), 300), "53 of 60 ms");

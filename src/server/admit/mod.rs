@@ -15,10 +15,10 @@
 //! takes (the handler measures it: a call's wait over the calls that were
 //! ahead of it), so about their product; its bytes waited about as long
 //! to be read, and its answer waits for its connection's turn to be
-//! written. While the worker threads were busy 90 % of the last 25 ms,
-//! so that the queue stands (one a stall of the host left behind drains,
-//! and a time per call measured across the stall overstates it:
-//! [`Busy`]), a new `ShouldRateLimit` call is shed when twice that wait
+//! written. While the worker threads were busy 90 % of the last 25 ms
+//! and the queue did not fall by a quarter over them, so that the queue
+//! stands (one a stall of the host left behind drains, and a time per
+//! call measured across the stall overstates it: [`Busy`]), a new `ShouldRateLimit` call is shed when twice that wait
 //! and a tenth of its deadline do not fit in its `grpc-timeout`, or when
 //! the queue holds its cap (240 calls per worker thread: past what a
 //! worker's run queue keeps in order, the oldest calls come out late).
@@ -107,8 +107,9 @@ impl read::Admit for Admission {
             return true;
         }
         // A call with a deadline is not queued past the cap (once calls h2
-        // refused are given up on) while the threads are busy all the time,
-        // where a queue stands and calls stop being run in order; nor past
+        // refused are given up on) while the threads are busy all the time
+        // and it does not drain, where a queue stands and calls stop being
+        // run in order; nor past
         // the backstop however busy; nor, while the threads are busy,
         // where the calls ahead would make it late, if their time was
         // measured lately (the clock is read only then: a time per call
