@@ -54,6 +54,15 @@ if [ "${#pips[@]}" -gt 0 ]; then
     hash -r
 fi
 
+# Most runs of this script build from cold (CI, a fresh machine):
+# incremental compilation's bookkeeping only slows that. Set
+# CARGO_INCREMENTAL=1 to keep it.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# The test binaries mostly wait on the processes their tests start
+# (redis-server, Envoy, floodgate): four tests at a time keep two cores
+# busy where two left them idle.
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-4}
+
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"
