@@ -69,10 +69,10 @@ impl Busy {
     /// by a quarter or more over it unless it already stood (a queue that
     /// falls that fast drains: a stall of the host left it; one that
     /// stands and is shed down to its cap still stands). Asked only of a
-    /// queue that is full or would make a call late: a window is measured whole, from the last time asked,
-    /// so one that began long ago (no queue since) counts as it was,
-    /// mostly idle. A thread that finds another measuring takes the last
-    /// answer.
+    /// queue that is full or would make a call late: a window is measured
+    /// whole, from the last time asked, so one that began long ago (no
+    /// queue since) counts as it was, mostly idle. A thread that finds
+    /// another measuring takes the last answer.
     pub(crate) fn saturated(&self, now: Instant, waiting: usize) -> bool {
         if let Some(mut mark) = self.mark.try_lock() {
             let elapsed = now.saturating_duration_since(mark.0);

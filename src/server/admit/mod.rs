@@ -18,8 +18,9 @@
 //! written. While the worker threads were busy 90 % of the last 25 ms
 //! and the queue did not fall by a quarter over them, so that the queue
 //! stands (one a stall of the host left behind drains, and a time per
-//! call measured across the stall overstates it: [`Busy`]), a new `ShouldRateLimit` call is shed when twice that wait
-//! and a tenth of its deadline do not fit in its `grpc-timeout`, or when
+//! call measured across the stall overstates it: [`Busy`]), a new
+//! `ShouldRateLimit` call is shed when twice that wait and a tenth of its
+//! deadline do not fit in its `grpc-timeout`, or when
 //! the queue holds its cap (240 calls per worker thread: past what a
 //! worker's run queue keeps in order, the oldest calls come out late).
 //! Whatever the load, it is shed when the queue holds four times its
@@ -109,13 +110,13 @@ impl read::Admit for Admission {
         // A call with a deadline is not queued past the cap (once calls h2
         // refused are given up on) while the threads are busy all the time
         // and it does not drain, where a queue stands and calls stop being
-        // run in order; nor past
-        // the backstop however busy; nor, while the threads are busy,
-        // where the calls ahead would make it late, if their time was
-        // measured lately (the clock is read only then: a time per call
-        // measured long ago says nothing of now). With time to spare the
-        // queue drains: a time per call measured across a stall of the
-        // host overstates it and would shed calls that are in time.
+        // run in order; nor past the backstop however busy; nor, while the
+        // threads are busy, where the calls ahead would make it late, if
+        // their time was measured lately (the clock is read only then: a
+        // time per call measured long ago says nothing of now). With time
+        // to spare the queue drains: a time per call measured across a
+        // stall of the host overstates it and would shed calls that are in
+        // time.
         let full = timeout.is_some() && self.queue.full(more);
         let now = full.then(Instant::now);
         if let Some(now) = now {
