@@ -20,7 +20,9 @@
 //! ```
 //!
 //! `BODY_FILE` is a framed gRPC request (`grpc_body encode`). Prints one
-//! line per second and a total line:
+//! line per second (with how far behind its schedule the generator issued
+//! a request of that second at most: a stall of its own sends the stall's
+//! requests at once, a burst for the server) and a total line:
 //! `total sent=N goodput=N shed=N late=N errors=N seconds=S`; `sent` counts
 //! the requests scheduled in each second. On stderr, how far behind its
 //! schedule the generator itself issued requests (`issue lag`, its own
@@ -125,6 +127,10 @@ struct Shared {
     end_ns: AtomicU64,
     /// Per scheduled second: sent, goodput, shed, late, errors.
     tally: Vec<[AtomicU64; 5]>,
+    /// Per scheduled second: how far behind its schedule the generator
+    /// issued a request at most (ns). A stall of its own sends the
+    /// requests of the stall at once, a burst the server sees.
+    issue_max: Vec<AtomicU64>,
     issue_lag: Lag,
     write_lag: Lag,
 }
@@ -844,9 +850,11 @@ impl Slot {
                 second: u32::try_from(self.next / shared.rate).unwrap_or(u32::MAX),
             };
             shared.count(request.second, 0);
-            shared
-                .issue_lag
-                .record(now_ns.saturating_sub(request.scheduled_ns));
+            let lag = now_ns.saturating_sub(request.scheduled_ns);
+            shared.issue_lag.record(lag);
+            if let Some(max) = shared.issue_max.get(request.second as usize) {
+                max.fetch_max(lag, Ordering::Relaxed);
+            }
             self.queue.push_back(request);
             self.next += shared.conns;
         }
@@ -1051,6 +1059,7 @@ async fn main() {
         tally: (0..secs)
             .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
             .collect(),
+        issue_max: (0..secs).map(|_| AtomicU64::new(0)).collect(),
         issue_lag: Lag::new(),
         write_lag: Lag::new(),
     });
@@ -1068,15 +1077,20 @@ async fn main() {
     run(shared.clone(), opened).await;
 
     let mut sum = [0u64; 5];
-    println!("second\tsent\tgoodput\tshed\tlate\terrors");
-    for (s, row) in shared.tally.iter().enumerate() {
+    println!("second\tsent\tgoodput\tshed\tlate\terrors\tmax_issue_lag_us");
+    for ((s, row), max) in shared.tally.iter().enumerate().zip(&shared.issue_max) {
         let row: Vec<u64> = row.iter().map(|c| c.load(Ordering::Relaxed)).collect();
         for (total, n) in sum.iter_mut().zip(&row) {
             *total += n;
         }
         println!(
-            "{s}\t{}\t{}\t{}\t{}\t{}",
-            row[0], row[1], row[2], row[3], row[4]
+            "{s}\t{}\t{}\t{}\t{}\t{}\t{}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            max.load(Ordering::Relaxed) / 1_000
         );
     }
     println!(
