@@ -11,7 +11,7 @@ impl Metrics {
     pub fn render(&self, reloads: Option<&ReloadStats>) -> String {
         let mut out = String::with_capacity(4_096);
         let rules = self.rules.load();
-        let mut keys: Vec<(&String, RuleCounters)> = rules
+        let mut keys: Vec<(&str, RuleCounters)> = rules
             .iter()
             .map(|(key, stripes)| (key, RuleCounters::sum(stripes)))
             .collect();
@@ -34,7 +34,7 @@ impl Metrics {
                 "# HELP {name} Hits per rule: {stat} (reference stat ratelimit.service.rate_limit.<key>.{stat}).\n# TYPE {name} counter"
             );
             for (key, counters) in &keys {
-                let (domain, rest) = key.split_once('.').unwrap_or((key.as_str(), ""));
+                let (domain, rest) = key.split_once('.').unwrap_or((key, ""));
                 let _ = writeln!(
                     out,
                     "{name}{{domain=\"{}\",key=\"{}\"}} {}",

@@ -211,7 +211,7 @@ impl Metrics {
         ];
         {
             let rules = self.rules.load();
-            let mut keys: Vec<(&String, RuleCounters)> = rules
+            let mut keys: Vec<(&str, RuleCounters)> = rules
                 .iter()
                 .map(|(key, stripes)| (key, RuleCounters::sum(stripes)))
                 .collect();
@@ -228,8 +228,7 @@ impl Metrics {
         }
         {
             let domains = self.domains_not_found.load();
-            let mut names: Vec<(&String, &AtomicU64)> =
-                domains.iter().map(|(k, v)| (k, &**v)).collect();
+            let mut names: Vec<(&str, &AtomicU64)> = domains.iter().collect();
             names.sort_by(|a, b| a.0.cmp(b.0));
             for (domain, count) in names {
                 push(
