@@ -93,7 +93,7 @@ async fn each_limit_counts_on_the_store_its_rule_names() {
             ("STORES_FILE", stores.display().to_string()),
             ("LOG_LEVEL", "info".to_owned()),
         ],
-        std::fs::File::create(&log).unwrap(),
+        Some(std::fs::File::create(&log).unwrap()),
     )
     .await;
     let mut client = server.client().await;

@@ -155,7 +155,7 @@ async fn probe(store: Store, redact: bool, key_file: &Path) -> (Seen, String) {
     let server = Floodgate::start_with(
         &[("probe.yaml", &rules)],
         &env,
-        std::fs::File::create(&log_path).unwrap(),
+        Some(std::fs::File::create(&log_path).unwrap()),
     )
     .await;
 

@@ -88,26 +88,26 @@ pub struct Floodgate {
 
 impl Floodgate {
     pub async fn start(env: &[(&str, String)]) -> Self {
-        Self::start_logged(env, Stdio::null()).await
+        Self::start_with(&[("edge.yaml", RULES)], env, None).await
     }
 
     /// A process serving `rules` (one rule file, `edge.yaml`) instead of
     /// [`RULES`].
     pub async fn start_with_rules(rules_yaml: &str, env: &[(&str, String)]) -> Self {
-        Self::start_with(&[("edge.yaml", rules_yaml)], env, Stdio::null()).await
+        Self::start_with(&[("edge.yaml", rules_yaml)], env, None).await
     }
 
     /// [`Floodgate::start`], its log (stderr) written to `log`.
-    pub async fn start_logged(env: &[(&str, String)], log: impl Into<Stdio>) -> Self {
-        Self::start_with(&[("edge.yaml", RULES)], env, log).await
+    pub async fn start_logged(env: &[(&str, String)], log: std::fs::File) -> Self {
+        Self::start_with(&[("edge.yaml", RULES)], env, Some(log)).await
     }
 
     /// Serves the rule `files` (name, YAML), with `env`, its log (stderr)
-    /// written to `log`.
+    /// written to `log` if given.
     pub async fn start_with(
         files: &[(&str, &str)],
         env: &[(&str, String)],
-        log: impl Into<Stdio>,
+        log: Option<std::fs::File>,
     ) -> Self {
         let rules = tempfile::tempdir().unwrap();
         for (name, yaml) in files {
@@ -116,10 +116,8 @@ impl Floodgate {
         // A port picked free may be taken before the child binds it (by
         // another test's process, several binaries running at once): the
         // child then exits, and another server may even answer on it. So
-        // the child must still run once healthy; if not, new ports.
-        // (A retry's log goes nowhere: a test reading the log would see it
-        // empty and say so.)
-        let mut log = Some(log.into());
+        // the child must still run once healthy; if not, new ports. Every
+        // attempt writes to the log, a retry after the one that failed.
         let mut attempts = 0;
         let (child, grpc_port, http, metrics_port) = loop {
             attempts += 1;
@@ -138,7 +136,10 @@ impl Floodgate {
                 .env("PROMETHEUS_ADDR", format!("127.0.0.1:{metrics_port}"))
                 .env("LOG_LEVEL", "warn")
                 .stdout(Stdio::null())
-                .stderr(log.take().unwrap_or_else(Stdio::null));
+                .stderr(
+                    log.as_ref()
+                        .map_or_else(Stdio::null, |log| log.try_clone().unwrap().into()),
+                );
             for (key, value) in env {
                 command.env(key, value);
             }
