@@ -23,7 +23,7 @@
 
 use super::admit::{
     CONTINUATION, END_HEADERS, END_STREAM, FRAME_HEAD, HEADERS, HpackTable, HpackText, fragment,
-    frame_head, give, write_block,
+    frame_head, give, pass_rest, write_block,
 };
 use axum::http::uri::Authority;
 use std::io;
@@ -270,12 +270,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Rewritten<IO> {
                 return Poll::Ready(Ok(()));
             }
             if this.eof {
-                // What a closed connection left unprocessed goes as it is:
-                // h2 reports the truncated frame.
-                if this.raw.is_empty() {
+                if pass_rest(&mut this.raw, &mut this.out) {
                     return Poll::Ready(Ok(()));
                 }
-                this.out.append(&mut this.raw);
                 continue;
             }
             let mut chunk = [0u8; 8_192];

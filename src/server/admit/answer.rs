@@ -137,6 +137,17 @@ pub(crate) fn give(out: &mut Vec<u8>, at: &mut usize, buf: &mut tokio::io::ReadB
     true
 }
 
+/// At the end of a connection's input: what `raw` holds unprocessed joins
+/// `out` as it is (h2 reports the truncated frame). True when nothing was
+/// left.
+pub(crate) fn pass_rest(raw: &mut Vec<u8>, out: &mut Vec<u8>) -> bool {
+    if raw.is_empty() {
+        return true;
+    }
+    out.append(raw);
+    false
+}
+
 /// Appends one frame (payloads here are far below 2^24 bytes).
 pub(crate) fn push_frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     let len = u32::try_from(payload.len()).unwrap_or(0).to_be_bytes();

@@ -2,7 +2,7 @@
 //! frames it writes for the client (shed answers, window updates) go to
 //! the socket between h2's own frames, never inside one.
 
-use super::answer::{FRAME_HEAD, frame_head, give};
+use super::answer::{FRAME_HEAD, frame_head, give, pass_rest};
 use super::read::Reader;
 use super::{Admission, Lane};
 use std::io;
@@ -141,12 +141,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Admitted<IO> {
                 return Poll::Ready(Ok(()));
             }
             if this.eof {
-                // What a closed connection left unprocessed goes as it is:
-                // h2 reports the truncated frame.
-                if this.raw.is_empty() {
+                if pass_rest(&mut this.raw, &mut this.out) {
                     return Poll::Ready(Ok(()));
                 }
-                this.out.append(&mut this.raw);
                 continue;
             }
             // Read straight into h2's buffer (no buffer of our own to

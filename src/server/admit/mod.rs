@@ -39,7 +39,7 @@ mod rfc7541;
 pub(crate) use answer::ShedAnswer;
 pub(crate) use answer::{
     CONTINUATION, END_HEADERS, END_STREAM, FRAME_HEAD, HEADERS, fragment, frame_head, give,
-    write_block,
+    pass_rest, write_block,
 };
 #[cfg(test)]
 pub(crate) use answer::{MAX_FRAME, PADDED, PRIORITY};
