@@ -196,6 +196,14 @@ mod far {
         leases.admit(&id(), SPEC, 1, allowance, UnixMillis(at), metrics)
     }
 
+    /// A refill's answer of `leased` hits for the window starting at
+    /// `start`, landing before that window begins.
+    fn deposit_next(leases: &Leases, leased: u64, start: u64, metrics: &LeaseMetrics) {
+        let shard = leases.shard(&id()).read();
+        let lease = find(&shard, &id(), SPEC).unwrap();
+        leases.deposit_next(lease, &block(leased, leased), UnixMillis(start), metrics);
+    }
+
     #[test]
     fn a_hit_its_block_cannot_take_is_refused_here_once_the_window_is_known() {
         let metrics = LeaseMetrics::default();
@@ -230,11 +238,7 @@ mod far {
         let leases = far_leases();
         assert!(matches!(admit(&leases, T0, 0, &metrics), Admit::Store));
         let next_start = T0 + 40_000;
-        {
-            let shard = leases.shard(&id()).read();
-            let lease = find(&shard, &id(), SPEC).unwrap();
-            leases.deposit_next(lease, &block(2, 2), UnixMillis(next_start), &metrics);
-        }
+        deposit_next(&leases, 2, next_start, &metrics);
         // Not before its window begins.
         assert!(matches!(
             admit(&leases, next_start - 1, 0, &metrics),
@@ -292,11 +296,7 @@ mod far {
         let leases = far_leases();
         assert!(matches!(admit(&leases, T0, 0, &metrics), Admit::Store));
         let next_start = T0 + 40_000;
-        {
-            let shard = leases.shard(&id()).read();
-            let lease = find(&shard, &id(), SPEC).unwrap();
-            leases.deposit_next(lease, &block(5, 5), UnixMillis(next_start), &metrics);
-        }
+        deposit_next(&leases, 5, next_start, &metrics);
         // The next window begins: its block is the one held.
         assert!(matches!(
             admit(&leases, next_start + 1, 0, &metrics),
