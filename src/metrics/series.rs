@@ -116,7 +116,8 @@ impl<V: Default> Series<V> {
     }
 }
 
-/// Every series of a [`Series`] as read at one time.
+/// Every series of a [`Series`], each shard's as it was when read (the
+/// shards are read one after another, not at one instant).
 #[derive(Debug)]
 pub(crate) struct Snapshot<V>(Vec<Arc<Map<V>>>);
 
