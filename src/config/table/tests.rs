@@ -37,14 +37,15 @@ fn writing<'a>(rules: &'a Arc<Index>, metrics: &'a Metrics, time: &'a str) -> Wr
     }
 }
 
-fn temp_log(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "floodgate-tables-{name}-{}-{}",
-        std::process::id(),
-        rand::random::<u32>()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("tables.log")
+/// A log's path in a directory of its own, removed when the guard drops
+/// (a failed test's too).
+fn temp_log(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("floodgate-tables-{name}-"))
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("tables.log");
+    (dir, path)
 }
 
 #[test]
@@ -78,7 +79,7 @@ fn without_a_place_changes_are_refused_but_dry_runs_answer() {
 #[test]
 fn changes_are_resolved_for_the_rules_and_kept_across_a_reopen() {
     let (rules, metrics) = (rules(), Metrics::default());
-    let path = temp_log("reopen");
+    let (_dir, path) = temp_log("reopen");
     let tables = Tables::open(&path).unwrap();
     let w = writing(&rules, &metrics, "2026-01-01T00:00:00Z");
     tables
@@ -139,13 +140,12 @@ fn changes_are_resolved_for_the_rules_and_kept_across_a_reopen() {
     assert_eq!(again.audit(None, None, None, 100), trail);
     again.refresh(&rules, &metrics);
     assert!(again.load().find(&rule, "acme").unwrap().resolved.is_some());
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 #[test]
 fn a_torn_last_line_is_cut_off() {
     let (rules, metrics) = (rules(), Metrics::default());
-    let path = temp_log("torn");
+    let (_dir, path) = temp_log("torn");
     let tables = Tables::open(&path).unwrap();
     let w = writing(&rules, &metrics, "t");
     tables
@@ -162,13 +162,12 @@ fn a_torn_last_line_is_cut_off() {
         .unwrap();
     drop(again);
     assert_eq!(Tables::open(&path).unwrap().list()[0].entries, 2);
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 #[test]
 fn an_import_is_all_or_nothing_and_names_its_bad_line() {
     let (rules, metrics) = (rules(), Metrics::default());
-    let path = temp_log("import");
+    let (_dir, path) = temp_log("import");
     let tables = Tables::open(&path).unwrap();
     let w = writing(&rules, &metrics, "t");
     let items = vec![
@@ -206,13 +205,12 @@ fn an_import_is_all_or_nothing_and_names_its_bad_line() {
     assert_eq!((last.entries.len(), last.next), (1, None));
     assert_eq!(tables.page("plans", Some("zzz"), 2).unwrap().entries, []);
     assert_eq!(tables.page("missing", None, 2), None);
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 #[test]
 fn the_audit_trail_is_newest_first_filtered_and_paged() {
     let (rules, metrics) = (rules(), Metrics::default());
-    let path = temp_log("audit");
+    let (_dir, path) = temp_log("audit");
     let tables = Tables::open(&path).unwrap();
     let w = writing(&rules, &metrics, "t");
     let five = entry(&json!({"requests_per_unit": 5}));
@@ -243,7 +241,6 @@ fn the_audit_trail_is_newest_first_filtered_and_paged() {
     metrics.table.render(&mut rendered);
     assert!(rendered.contains("ratelimit_table_entries{table=\"plans\"} 0\n"));
     assert!(rendered.contains("ratelimit_table_changes_total{table=\"plans\",action=\"put\"} 2\n"));
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 /// A shared change `seq` of `plans` putting `key` at `n` (`None`: delete),
@@ -384,7 +381,7 @@ fn shared_items_write_the_log_and_each_key() {
 #[test]
 fn a_log_mostly_history_is_compacted_and_reads_back_the_same_tables_and_trail() {
     let (rules, metrics) = (rules(), Metrics::default());
-    let path = temp_log("compact");
+    let (_dir, path) = temp_log("compact");
     let tables = Tables::open(&path).unwrap();
     let w = writing(&rules, &metrics, "2026-01-01T00:00:00Z");
     // 60 changes over 6 keys, puts and deletes mixed.
