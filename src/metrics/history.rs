@@ -161,16 +161,17 @@ impl Metrics {
     /// The cumulative counters now.
     pub(crate) fn sample(&self) -> Sample {
         use std::sync::atomic::Ordering::Relaxed;
-        let (decisions, over_limit) = self.decisions.load().iter().map(|(_, counts)| counts).fold(
-            (0u64, 0u64),
-            |(all, over), counts| {
-                let [ok, over_limit] = super::decision_totals(counts);
-                (
-                    all.saturating_add(ok).saturating_add(over_limit),
-                    over.saturating_add(over_limit),
-                )
-            },
-        );
+        let (decisions, over_limit) =
+            self.decisions
+                .load()
+                .values()
+                .fold((0u64, 0u64), |(all, over), counts| {
+                    let [ok, over_limit] = super::decision_totals(counts);
+                    (
+                        all.saturating_add(ok).saturating_add(over_limit),
+                        over.saturating_add(over_limit),
+                    )
+                });
         let (latency, latency_count) = self.request_latency.counts();
         Sample {
             requests: self.total_requests.get(),

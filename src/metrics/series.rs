@@ -129,6 +129,11 @@ impl<V> Snapshot<V> {
             .flat_map(|map| map.iter().map(|(name, series)| (&**name, &**series)))
     }
 
+    /// Every series, in no order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.iter().map(|(_, series)| series)
+    }
+
     /// How many series there are.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -211,8 +216,8 @@ mod tests {
         }
         let total: u64 = series
             .load()
-            .iter()
-            .map(|(_, c)| c.load(Ordering::Relaxed))
+            .values()
+            .map(|c| c.load(Ordering::Relaxed))
             .sum();
         assert_eq!(total, 400);
         assert_eq!(series.load().len(), 10);
