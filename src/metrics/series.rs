@@ -35,12 +35,11 @@ fn shard_of(name: &str) -> usize {
         u64::from_le_bytes(word)
     }
     let bytes = name.as_bytes();
-    let head = word(bytes);
-    let tail = word(
-        bytes
-            .get(bytes.len().saturating_sub(8)..)
-            .unwrap_or_default(),
-    );
+    // Names are mostly longer than 8 bytes: two loads, no byte loop.
+    let (head, tail) = match (bytes.first_chunk::<8>(), bytes.last_chunk::<8>()) {
+        (Some(head), Some(tail)) => (u64::from_le_bytes(*head), u64::from_le_bytes(*tail)),
+        _ => (word(bytes), word(bytes)),
+    };
     let mixed =
         (head ^ tail.rotate_left(29) ^ bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     // The product's high bits: SHARDS is a power of two.
