@@ -13,7 +13,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
-use crate::server::admit::{Lane, RLS_PATH, parse_grpc_timeout};
+use crate::server::admit::{Arrival, RLS_PATH, parse_grpc_timeout};
 use crate::store::StoreKind;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,8 +85,9 @@ impl RateLimitService for RlsService {
         // caller's deadline.
         let waited = request
             .extensions()
-            .get::<Waited>()
-            .map_or(Duration::ZERO, |w| w.0);
+            .get::<Arrival>()
+            .and_then(Arrival::waited)
+            .unwrap_or_default();
         let deadline = timeout.map(|timeout| store_deadline(timeout, waited));
         let request = match request_from_proto(request.into_inner()) {
             Ok(request) => request,
@@ -162,22 +163,17 @@ fn store_deadline(timeout: Duration, waited: Duration) -> Duration {
     timeout.saturating_sub(waited).saturating_sub(reserve)
 }
 
-/// How long a request waited from its header block being read to its
-/// turn: stamped by [`stamp_arrival`], read by the handler.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Waited(Duration);
-
 /// Takes a `ShouldRateLimit` call out of admission's queue (its
-/// connection's [`Lane`], which tonic hands to each request) and stamps
-/// how long it waited. Runs on the request's first poll, before tonic
-/// decodes it: a call tonic refuses leaves the queue too.
+/// connection's [`Arrival`], which tonic hands to each request) and stamps
+/// how long it waited, for the handler. Runs on the request's first poll,
+/// before tonic decodes it: a call tonic refuses leaves the queue too.
 pub(crate) fn stamp_arrival<B>(
     mut request: tonic::codegen::http::Request<B>,
 ) -> tonic::codegen::http::Request<B> {
     if request.uri().path() == RLS_PATH
-        && let Some(waited) = request.extensions().get::<Lane>().map(Lane::start)
+        && let Some(arrival) = request.extensions_mut().get_mut::<Arrival>()
     {
-        request.extensions_mut().insert(Waited(waited));
+        arrival.start();
     }
     request
 }

@@ -3,8 +3,8 @@
 //! the socket between h2's own frames, never inside one.
 
 use super::answer::{FRAME_HEAD, frame_head, give, pass_rest};
-use super::read::Reader;
-use super::{Admission, Lane};
+use super::read::{Processed, Reader};
+use super::{Admission, Arrival, Lane};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -94,13 +94,21 @@ impl<IO> Admitted<IO> {
         }
     }
 
-    /// Processes `input` (all of it, or what whole frames allow).
-    fn process(&mut self, input: &[u8]) -> usize {
-        let used = self
-            .reader
-            .process(input, &mut self.out, &mut self.inject, &*self.admission);
+    /// Processes `input` (all of it, or what whole frames allow): how
+    /// much was used, and whether it passes to h2 where it is in `input`
+    /// (`in_place`, nothing for it in `out`) or is in `out`.
+    fn process(&mut self, input: &[u8]) -> Processed {
+        let mut processed =
+            self.reader
+                .process_in_place(input, &mut self.out, &mut self.inject, &*self.admission);
         self.lane.admit(self.reader.admitted);
-        used
+        if processed.in_place && !self.out.is_empty() {
+            // Bytes for h2 were waiting already: these go after them.
+            self.out
+                .extend_from_slice(input.get(..processed.used).unwrap_or_default());
+            processed.in_place = false;
+        }
+        processed
     }
 }
 
@@ -162,27 +170,29 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Admitted<IO> {
                     if input.is_empty() {
                         this.eof = true;
                     } else if this.raw.is_empty() {
-                        let before = this.out.len();
-                        let used = this.process(input);
-                        if before == 0
-                            && used == input.len()
-                            && this.out.len() == used
-                            && this.reader.untouched()
-                        {
+                        let Processed { used, in_place } = this.process(input);
+                        this.raw
+                            .extend_from_slice(input.get(used..).unwrap_or_default());
+                        if in_place {
                             // Passed as read (the common case): h2 reads
-                            // it where it already is.
-                            this.out.clear();
+                            // it where it already is, copied nowhere.
+                            buf.set_filled(start + used);
+                            if used == 0 {
+                                continue;
+                            }
                             if let Poll::Ready(Err(err)) = this.poll_inject(cx) {
                                 return Poll::Ready(Err(err));
                             }
                             return Poll::Ready(Ok(()));
                         }
-                        this.raw
-                            .extend_from_slice(input.get(used..).unwrap_or_default());
                     } else {
                         let mut raw = std::mem::take(&mut this.raw);
                         raw.extend_from_slice(input);
-                        let used = this.process(&raw);
+                        let Processed { used, in_place } = this.process(&raw);
+                        if in_place {
+                            this.out
+                                .extend_from_slice(raw.get(..used).unwrap_or_default());
+                        }
                         raw.drain(..used.min(raw.len()));
                         this.raw = raw;
                     }
@@ -259,9 +269,9 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Admitted<IO> {
 /// tonic hands the connection's info to each of its requests: the lane,
 /// for the handler to take its call out of the queue.
 impl<IO> Connected for Admitted<IO> {
-    type ConnectInfo = Lane;
+    type ConnectInfo = Arrival;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.lane.clone()
+        Arrival::new(self.lane.clone())
     }
 }

@@ -48,7 +48,7 @@ pub(crate) use busy::{Busy, Runtime as RuntimeBusy};
 pub(crate) use hpack::huffman_encode;
 pub(crate) use hpack::{Table as HpackTable, Text as HpackText};
 pub(crate) use io::Admitted;
-pub(crate) use queue::{Lane, Queue};
+pub(crate) use queue::{Arrival, Lane, Queue};
 
 use crate::limiter::FailureMode;
 use crate::metrics::Metrics;
@@ -104,6 +104,11 @@ fn sheds(timeout: Option<Duration>, wait: Duration) -> bool {
 
 impl read::Admit for Admission {
     fn sheds(&self, timeout: Option<Duration>, more: usize) -> bool {
+        // No deadline to miss: never shed (most callers send none).
+        let Some(timeout) = timeout else {
+            return false;
+        };
+        let timeout = Some(timeout);
         if sheds(timeout, Duration::ZERO) {
             return true;
         }

@@ -91,9 +91,6 @@ pub(super) struct Reader {
     reserve: u32,
     /// The client's initial stream window (its SETTINGS).
     client_window: u32,
-    /// Something read was dropped or written differently since
-    /// [`Reader::process`] began.
-    rewrote: bool,
     /// `ShouldRateLimit` calls passed to h2 by this [`Reader::process`]:
     /// they join the queue when h2 hands them to the service.
     pub(super) admitted: usize,
@@ -128,7 +125,6 @@ impl Default for Reader {
             owed: 0,
             reserve: 0,
             client_window: 65_535,
-            rewrote: false,
             admitted: 0,
             last_block: Vec::new(),
             said: None,
@@ -141,6 +137,7 @@ impl Reader {
     /// SETTINGS and WINDOW_UPDATE frames are read whole): bytes for h2 to
     /// `out`, frames for the client to `inject`. Returns how many bytes of
     /// `input` were processed; the rest comes again with more.
+    #[cfg(test)]
     pub(super) fn process(
         &mut self,
         input: &[u8],
@@ -148,20 +145,48 @@ impl Reader {
         inject: &mut Vec<u8>,
         admit: &dyn Admit,
     ) -> usize {
-        self.rewrote = false;
+        let processed = self.process_in_place(input, out, inject, admit);
+        if processed.in_place {
+            out.extend_from_slice(input.get(..processed.used).unwrap_or_default());
+        }
+        processed.used
+    }
+
+    /// As [`Reader::process`], but while everything read passes to h2 as
+    /// it is (the common case), nothing is copied: then `in_place` says
+    /// the `used` bytes of `input` are h2's as they stand, and `out` was
+    /// not written.
+    pub(super) fn process_in_place(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        inject: &mut Vec<u8>,
+        admit: &dyn Admit,
+    ) -> Processed {
         self.admitted = 0;
+        let mut to = Sinks {
+            out,
+            inject,
+            admit,
+            input,
+            at: 0,
+            in_place: true,
+        };
         let mut at = 0;
         while let Some(rest) = input.get(at..).filter(|r| !r.is_empty()) {
+            to.at = at;
             if self.blind {
-                out.extend_from_slice(rest);
+                to.pass(rest);
                 at = input.len();
                 break;
             }
             match self.state {
                 State::Preface(left) | State::Pass(left) | State::Drop(left) => {
                     let n = left.min(rest.len());
-                    if !matches!(self.state, State::Drop(_)) {
-                        out.extend_from_slice(rest.get(..n).unwrap_or_default());
+                    if matches!(self.state, State::Drop(_)) {
+                        to.rewrite();
+                    } else {
+                        to.pass(rest.get(..n).unwrap_or_default());
                     }
                     at += n;
                     let left = left - n;
@@ -179,12 +204,12 @@ impl Reader {
                     let (len, kind, flags, stream) = frame_head(*head);
                     match self.frame_start(kind, flags, stream, len) {
                         Start::Pass => {
-                            out.extend_from_slice(head);
+                            to.pass(head);
                             at += FRAME_HEAD;
                             self.state = State::Pass(len);
                         }
                         Start::Drop => {
-                            self.rewrote = true;
+                            to.rewrite();
                             at += FRAME_HEAD;
                             self.state = State::Drop(len);
                         }
@@ -198,11 +223,6 @@ impl Reader {
                                 stream,
                                 bytes: frame,
                             };
-                            let mut to = Sinks {
-                                out: &mut *out,
-                                inject: &mut *inject,
-                                admit,
-                            };
                             self.whole_frame(frame, &mut to);
                             at += FRAME_HEAD + len;
                         }
@@ -211,16 +231,13 @@ impl Reader {
             }
         }
         if self.owed > 0 {
-            window_update(inject, 0, self.owed);
+            window_update(to.inject, 0, self.owed);
             self.owed = 0;
         }
-        at
-    }
-
-    /// Whether the last [`Reader::process`] passed what it read as it was:
-    /// then the `used` bytes it appended to `out` are `input`'s first.
-    pub(super) fn untouched(&self) -> bool {
-        !self.rewrote
+        Processed {
+            used: at,
+            in_place: to.in_place,
+        }
     }
 
     /// How a frame is handled, from its head alone.
@@ -268,7 +285,7 @@ impl Reader {
                         self.client_window = u32::from_be_bytes([a, b, c, d]);
                     }
                 }
-                to.out.extend_from_slice(frame.bytes);
+                to.pass(frame.bytes);
             }
             WINDOW_UPDATE => {
                 let increment = payload
@@ -280,9 +297,12 @@ impl Reader {
                     0
                 };
                 self.reserve += keep;
-                self.rewrote |= keep > 0;
-                if increment == 0 || increment > keep {
-                    window_update(to.out, 0, increment - keep);
+                if keep == 0 {
+                    to.pass(frame.bytes);
+                } else if increment > keep {
+                    window_update(to.rewrite(), 0, increment - keep);
+                } else {
+                    to.rewrite();
                 }
             }
             HEADERS => self.headers(frame, payload, to),
@@ -294,7 +314,7 @@ impl Reader {
         let Some(fragment) = fragment(frame.flags, payload).filter(|_| self.block.is_none()) else {
             // Malformed: h2 answers it, and this connection is h2's alone.
             self.blind = true;
-            to.out.extend_from_slice(frame.bytes);
+            to.pass(frame.bytes);
             return;
         };
         let stream = frame.stream;
@@ -312,6 +332,8 @@ impl Reader {
         if frame.flags & END_HEADERS != 0 {
             self.block_done(&block, frame.bytes, fragment, to);
         } else {
+            // Held back until the block ends (its frames go on together).
+            to.rewrite();
             self.block = Some(Block {
                 frames: frame.bytes.to_vec(),
                 fragment: fragment.to_vec(),
@@ -321,13 +343,16 @@ impl Reader {
     }
 
     fn continuation(&mut self, frame: Frame<'_>, payload: &[u8], to: &mut Sinks<'_>) {
+        // A block's later frames (rare) never pass in place: its first
+        // frame was held back, maybe by an earlier read.
+        to.rewrite();
         let Some(mut block) = self
             .block
             .take()
             .filter(|b| b.stream == frame.stream && b.fragment.len() + payload.len() <= MAX_BLOCK)
         else {
             self.blind = true;
-            to.out.extend_from_slice(frame.bytes);
+            to.pass(frame.bytes);
             return;
         };
         block.frames.extend_from_slice(frame.bytes);
@@ -371,7 +396,7 @@ impl Reader {
                     });
                 let Ok(changed) = read else {
                     self.blind = true;
-                    to.out.extend_from_slice(frames);
+                    to.pass(frames);
                     return;
                 };
                 self.said = None;
@@ -389,10 +414,8 @@ impl Reader {
             && (block.end_stream || self.shed_open.len() < MAX_SHED_OPEN)
             && (data == 0 || (self.reserve >= data && self.client_window >= data))
             && to.admit.sheds(timeout, self.admitted);
-        if shed || literals.is_some() {
-            self.rewrote = true;
-        }
         if shed {
+            to.rewrite();
             self.reserve -= data;
             self.diverged |= changed;
             to.admit.answer(block.stream, timeout, to.inject);
@@ -408,8 +431,8 @@ impl Reader {
             self.admitted += 1;
         }
         match literals {
-            Some(literals) => write_block(to.out, block.stream, block.end_stream, &literals),
-            None => to.out.extend_from_slice(frames),
+            Some(literals) => write_block(to.rewrite(), block.stream, block.end_stream, &literals),
+            None => to.pass(frames),
         }
     }
 }
@@ -430,6 +453,42 @@ struct Sinks<'a> {
     out: &'a mut Vec<u8>,
     inject: &'a mut Vec<u8>,
     admit: &'a dyn Admit,
+    /// What is being processed, and where the frame (or part) being read
+    /// now begins in it.
+    input: &'a [u8],
+    at: usize,
+    /// Everything before `at` passes to h2 as it was read, and none of it
+    /// is in `out` yet.
+    in_place: bool,
+}
+
+impl Sinks<'_> {
+    /// `bytes`, the input being read now, pass to h2 as they are.
+    fn pass(&mut self, bytes: &[u8]) {
+        if !self.in_place {
+            self.out.extend_from_slice(bytes);
+        }
+    }
+
+    /// The input being read now is dropped or written differently: what
+    /// passed before it goes to `out`, which is returned to write in.
+    fn rewrite(&mut self) -> &mut Vec<u8> {
+        if self.in_place {
+            self.in_place = false;
+            self.out
+                .extend_from_slice(self.input.get(..self.at).unwrap_or_default());
+        }
+        self.out
+    }
+}
+
+/// What [`Reader::process_in_place`] did with its input.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Processed {
+    /// Bytes of the input processed.
+    pub(super) used: usize,
+    /// Those bytes pass to h2 as they are, and nothing was written for h2.
+    pub(super) in_place: bool,
 }
 
 enum Start {

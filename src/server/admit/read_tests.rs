@@ -211,6 +211,35 @@ fn without_a_table_change_the_blocks_pass_untouched() {
 }
 
 #[test]
+fn what_passes_as_read_is_not_copied_and_a_shed_call_copies_the_rest() {
+    let admit = Test::new(FailureMode::Error);
+    let mut client = Client::new();
+    let mut reader = Reader::default();
+    let (mut out, mut inject) = (Vec::new(), Vec::new());
+    let kept = [PREFACE.to_vec(), client.call(1, "5S", RLS, &[])].concat();
+    // An incomplete frame at the end waits for more, still in place.
+    let input = [&kept[..], &client.call(3, "5S", RLS, &[])[..4]].concat();
+    let processed = reader.process_in_place(&input, &mut out, &mut inject, &admit);
+    assert!(processed.in_place);
+    assert_eq!(processed.used, kept.len());
+    assert!(out.is_empty(), "nothing copied");
+    // A shed call between two kept ones: the kept ones' bytes, in order.
+    let mut reader = Reader::default();
+    let mut client = Client::new();
+    let first = [PREFACE.to_vec(), client.call(1, "5S", RLS, &[])].concat();
+    // grpc-timeout's new value enters no table: h2's table still follows.
+    let shed = client.call(3, "20m", RLS, &[]);
+    let last = client.call(5, "5S", RLS, &[]);
+    let input = [&first[..], &shed[..], &last[..]].concat();
+    let processed = reader.process_in_place(&input, &mut out, &mut inject, &admit);
+    assert!(!processed.in_place);
+    assert_eq!(processed.used, input.len());
+    assert!(!reader.diverged);
+    assert_eq!(out, [&first[..], &last[..]].concat());
+    assert_eq!(admit.shed.get(), 1);
+}
+
+#[test]
 fn allow_answers_spend_a_reserve_taken_from_the_clients_window_updates() {
     let admit = Test::new(FailureMode::Allow);
     let mut client = Client::new();
