@@ -434,7 +434,56 @@ fn leased_instances_on_a_cluster_never_over_admit() {
 /// clock skew instances may have.
 #[test]
 fn replay_gcra_remaining_case() {
-    check_on_standalone(&include!("lease_model_gcra_case.rs"));
+    check_on_standalone(&parse_case(include_str!("lease_model_gcra_case.txt")));
+}
+
+/// A recorded case: `ALG limit=N window=N burst=N`, then one action a line
+/// (`hit AT KEY HITS ADVANCE_MS`, `work AT`, `gap ADVANCE_MS`); `#` lines
+/// are comments.
+fn parse_case(text: &str) -> Case {
+    let mut lines = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    let head: Vec<&str> = lines.next().expect("a head line").split(' ').collect();
+    let field = |name: &str| -> u64 {
+        head.iter()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("{name} in {head:?}"))
+            .parse()
+            .unwrap()
+    };
+    let alg = match head[0] {
+        "fixed" => Alg::Fixed,
+        "sliding" => Alg::Sliding,
+        "gcra" => Alg::Gcra,
+        other => panic!("algorithm {other}"),
+    };
+    let actions = lines
+        .map(|line| {
+            let words: Vec<&str> = line.split(' ').collect();
+            let n = |i: usize| -> u64 { words[i].parse().unwrap() };
+            let index = |i: usize| -> usize { words[i].parse().unwrap() };
+            match words[0] {
+                "hit" => Action::Hit {
+                    at: index(1),
+                    key: index(2),
+                    hits: n(3),
+                    advance_ms: n(4),
+                },
+                "work" => Action::Work { at: index(1) },
+                "gap" => Action::Gap { advance_ms: n(1) },
+                other => panic!("action {other} in {line:?}"),
+            }
+        })
+        .collect();
+    Case {
+        alg,
+        limit: field("limit"),
+        window: field("window"),
+        burst: field("burst"),
+        actions,
+    }
 }
 
 /// Runs one case on a standalone Redis of its own.
