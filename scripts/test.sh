@@ -69,39 +69,26 @@ echo "==> cargo clippy"
 cargo clippy --all-targets --locked -- -D warnings
 cargo clippy --test regions --locked -- -D warnings
 echo "==> cargo test"
-# Two test binaries run beside the others, not after them: tests/regions
-# watches per-minute budgets for minutes of real time at little CPU
-# (`test = false` in Cargo.toml keeps it out of a plain `cargo test`), and
-# tests/redis mostly waits on the redis-server, memcached and floodgate
-# processes its tests start, while the other binaries leave a core idle
-# too. Their output is shown when all are done. Everything is built first,
-# so no build competes with them for the cores.
+# The regions tests watch per-minute budgets for minutes of real time at
+# little CPU, so they run beside the other test binaries, not after them
+# (`test = false` in Cargo.toml keeps them out of `--all-targets`); their
+# output is shown when both are done. Everything is built first, so no
+# build competes with them for the cores.
 cargo test --all-targets --locked --no-run
-beside=(regions redis)
-others=()
-for main in tests/*/main.rs tests/*.rs; do
-    name=$(basename "$main" .rs)
-    [[ $name == main ]] && name=$(basename "$(dirname "$main")")
-    [[ " ${beside[*]} " == *" $name "* ]] || others+=(--test "$name")
-done
-declare -A pids logs
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -f "${logs[@]}"' EXIT
-for name in "${beside[@]}"; do
-    bin=$(cargo test --test "$name" --locked --no-run 2>&1 |
-        sed -n 's/^ *Executable .*(\(.*\))$/\1/p')
-    logs[$name]=$(mktemp)
-    "$bin" >"${logs[$name]}" 2>&1 &
-    pids[$name]=$!
-done
-failed=()
-cargo test --lib --bins --benches --examples "${others[@]}" --locked || failed+=(others)
-for name in "${beside[@]}"; do
-    wait "${pids[$name]}" || failed+=("$name")
-    echo "==> tests/$name (run beside the others)"
-    cat "${logs[$name]}"
-done
-if [ "${#failed[@]}" -gt 0 ]; then
-    echo "==> tests failed: ${failed[*]}"
+regions_bin=$(cargo test --test regions --locked --no-run 2>&1 |
+    sed -n 's/^ *Executable .*(\(.*\))$/\1/p')
+regions_log=$(mktemp)
+"$regions_bin" >"$regions_log" 2>&1 &
+regions_pid=$!
+trap 'kill "$regions_pid" 2>/dev/null || true; rm -f "$regions_log"' EXIT
+rest=0
+cargo test --all-targets --locked || rest=$?
+regions=0
+wait "$regions_pid" || regions=$?
+echo "==> tests/regions (run beside the others)"
+cat "$regions_log"
+if [ "$rest" != 0 ] || [ "$regions" != 0 ]; then
+    echo "==> tests failed (other binaries: exit $rest; regions: exit $regions)"
     exit 1
 fi
 cargo test --doc --locked
