@@ -3,7 +3,8 @@
 //! the socket between h2's own frames, never inside one.
 
 use super::answer::{FRAME_HEAD, frame_head, give, pass_rest};
-use super::read::{Processed, Reader};
+use super::read::Reader;
+use super::sink::Processed;
 use super::{Admission, Arrival, Lane};
 use std::io;
 use std::pin::Pin;

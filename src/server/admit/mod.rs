@@ -35,6 +35,7 @@ mod io;
 mod queue;
 mod read;
 mod rfc7541;
+mod sink;
 
 pub(crate) use answer::ShedAnswer;
 pub(crate) use answer::{
@@ -92,6 +93,17 @@ impl Admission {
     }
 }
 
+/// What admission asks of the process for one new call.
+trait Admit {
+    /// Whether a call with this `grpc-timeout` is shed at once, `more`
+    /// calls admitted before it not handed to the service yet.
+    fn sheds(&self, timeout: Option<Duration>, more: usize) -> bool;
+    /// Writes the shed answer on `stream` to `out`; counts it.
+    fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>);
+    /// Flow-controlled bytes one answer sends.
+    fn answer_data(&self) -> u32;
+}
+
 /// Whether a call with `timeout` is shed when calls wait `wait`.
 fn sheds(timeout: Option<Duration>, wait: Duration) -> bool {
     match timeout {
@@ -102,7 +114,7 @@ fn sheds(timeout: Option<Duration>, wait: Duration) -> bool {
     }
 }
 
-impl read::Admit for Admission {
+impl Admit for Admission {
     fn sheds(&self, timeout: Option<Duration>, more: usize) -> bool {
         // No deadline to miss: never shed (most callers send none).
         let Some(timeout) = timeout else {
@@ -227,7 +239,6 @@ mod tests {
 
     #[test]
     fn a_full_queue_sheds_calls_with_a_deadline_while_the_threads_are_busy() {
-        use read::Admit;
         let (admission, lane) = admission(true);
         let ms = Some(Duration::from_millis(20));
         // No time per call measured: only the cap can shed.
@@ -239,7 +250,6 @@ mod tests {
 
     #[test]
     fn the_calls_wait_sheds_only_while_the_threads_are_busy() {
-        use read::Admit;
         let ms = Duration::from_millis;
         for busy in [true, false] {
             let (admission, lane) = admission(busy);
@@ -261,7 +271,6 @@ mod tests {
 
     #[test]
     fn threads_with_time_to_spare_let_the_queue_grow_to_its_backstop() {
-        use read::Admit;
         let (admission, lane) = admission(false);
         let ms = Some(Duration::from_millis(20));
         lane.admit(queue::CALLS_PER_WORKER * 4 - 2);

@@ -17,7 +17,8 @@ use super::answer::{
     SETTINGS, WINDOW_UPDATE, fragment, frame_head, window_update, write_block,
 };
 use super::hpack::{Kind, Table, huffman_encode};
-use super::parse_grpc_timeout;
+use super::sink::{Processed, Sinks};
+use super::{Admit, parse_grpc_timeout};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -36,17 +37,6 @@ const MAX_SAID: usize = 512; // the longest block remembered (`Reader::said`)
 /// Connection window kept back from the client's WINDOW_UPDATEs to send
 /// shed answers' messages in (under `FAILURE_MODE` `allow` and `deny`).
 const RESERVE: u32 = 4_096;
-
-/// What admission asks of the process for one new call.
-pub(super) trait Admit {
-    /// Whether a call with this `grpc-timeout` is shed at once, `more`
-    /// calls admitted before it not handed to the service yet.
-    fn sheds(&self, timeout: Option<Duration>, more: usize) -> bool;
-    /// Writes the shed answer on `stream` to `out`; counts it.
-    fn answer(&self, stream: u32, timeout: Option<Duration>, out: &mut Vec<u8>);
-    /// Flow-controlled bytes one answer sends.
-    fn answer_data(&self) -> u32;
-}
 
 #[derive(Debug, Clone, Copy)]
 enum State {
@@ -91,8 +81,9 @@ pub(super) struct Reader {
     reserve: u32,
     /// The client's initial stream window (its SETTINGS).
     client_window: u32,
-    /// `ShouldRateLimit` calls passed to h2 by this [`Reader::process`]:
-    /// they join the queue when h2 hands them to the service.
+    /// `ShouldRateLimit` calls passed to h2 by the last
+    /// [`Reader::process_in_place`]: they join the queue when h2 hands
+    /// them to the service.
     pub(super) admitted: usize,
     /// The last block that left the table as it was and what it said (a
     /// `ShouldRateLimit` call, its timeout): with a warm table a client
@@ -135,27 +126,10 @@ impl Default for Reader {
 impl Reader {
     /// Processes `input` as far as whole frames allow (header blocks,
     /// SETTINGS and WINDOW_UPDATE frames are read whole): bytes for h2 to
-    /// `out`, frames for the client to `inject`. Returns how many bytes of
-    /// `input` were processed; the rest comes again with more.
-    #[cfg(test)]
-    pub(super) fn process(
-        &mut self,
-        input: &[u8],
-        out: &mut Vec<u8>,
-        inject: &mut Vec<u8>,
-        admit: &dyn Admit,
-    ) -> usize {
-        let processed = self.process_in_place(input, out, inject, admit);
-        if processed.in_place {
-            out.extend_from_slice(input.get(..processed.used).unwrap_or_default());
-        }
-        processed.used
-    }
-
-    /// As [`Reader::process`], but while everything read passes to h2 as
-    /// it is (the common case), nothing is copied: then `in_place` says
-    /// the `used` bytes of `input` are h2's as they stand, and `out` was
-    /// not written.
+    /// `out`, frames for the client to `inject`; the rest of `input` comes
+    /// again with more. While everything read passes to h2 as it is (the
+    /// common case), nothing is copied: then `in_place` says the `used`
+    /// bytes of `input` are h2's as they stand, and `out` was not written.
     pub(super) fn process_in_place(
         &mut self,
         input: &[u8],
@@ -445,50 +419,6 @@ struct Frame<'a> {
     flags: u8,
     stream: u32,
     bytes: &'a [u8],
-}
-
-/// Where processing writes: bytes for h2, frames for the client, and the
-/// admission it asks.
-struct Sinks<'a> {
-    out: &'a mut Vec<u8>,
-    inject: &'a mut Vec<u8>,
-    admit: &'a dyn Admit,
-    /// What is being processed, and where the frame (or part) being read
-    /// now begins in it.
-    input: &'a [u8],
-    at: usize,
-    /// Everything before `at` passes to h2 as it was read, and none of it
-    /// is in `out` yet.
-    in_place: bool,
-}
-
-impl Sinks<'_> {
-    /// `bytes`, the input being read now, pass to h2 as they are.
-    fn pass(&mut self, bytes: &[u8]) {
-        if !self.in_place {
-            self.out.extend_from_slice(bytes);
-        }
-    }
-
-    /// The input being read now is dropped or written differently: what
-    /// passed before it goes to `out`, which is returned to write in.
-    fn rewrite(&mut self) -> &mut Vec<u8> {
-        if self.in_place {
-            self.in_place = false;
-            self.out
-                .extend_from_slice(self.input.get(..self.at).unwrap_or_default());
-        }
-        self.out
-    }
-}
-
-/// What [`Reader::process_in_place`] did with its input.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Processed {
-    /// Bytes of the input processed.
-    pub(super) used: usize,
-    /// Those bytes pass to h2 as they are, and nothing was written for h2.
-    pub(super) in_place: bool,
 }
 
 enum Start {

@@ -33,6 +33,27 @@ impl Admit for Test {
     }
 }
 
+impl Reader {
+    /// Processes `input` as far as whole frames allow (header blocks,
+    /// SETTINGS and WINDOW_UPDATE frames are read whole): bytes for h2 to
+    /// `out`, frames for the client to `inject`. Returns how many bytes of
+    /// `input` were processed; the rest comes again with more. (What
+    /// `process_in_place` passed in place is copied to `out` too.)
+    fn process(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        inject: &mut Vec<u8>,
+        admit: &dyn Admit,
+    ) -> usize {
+        let processed = self.process_in_place(input, out, inject, admit);
+        if processed.in_place {
+            out.extend_from_slice(input.get(..processed.used).unwrap_or_default());
+        }
+        processed.used
+    }
+}
+
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     push_frame(&mut out, kind, flags, stream, payload);
