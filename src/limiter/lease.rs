@@ -78,7 +78,10 @@ const MAX_CHARGES: usize = MAX_LEASES;
 /// window is known. A Redis nearby answers in well under a millisecond, and
 /// within a few even behind a busy instance's own requests; 20 ms is past
 /// that and past Envoy's default rate-limit call timeout, so a hit sent
-/// there would be answered by the caller's own timeout anyway.
+/// there would be answered by the caller's own timeout anyway. A host so
+/// loaded that a fetch's answer waits 20 ms for a thread makes a nearby
+/// store look far too, until a faster answer: hits past a block are then
+/// refused (under-admission, never over).
 pub(crate) const FAR_RTT_US: u64 = 20_000;
 
 /// The lease state of one leased operation of one descriptor.

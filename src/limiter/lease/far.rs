@@ -7,8 +7,21 @@ use super::held::Held;
 use super::{Charge, FAR_RTT_US, Lease, Leases, MAX_CHARGES};
 use crate::algorithm::{Outcome, Spec};
 use crate::clock::UnixMillis;
+use crate::limiter::Limiter;
 use crate::metrics::lease::{Fate, LeaseMetrics};
+use crate::store::Store;
 use std::sync::atomic::Ordering;
+
+impl<S: Store> Limiter<S> {
+    /// Whether a store that keeps leases is measured far now (its fetches
+    /// take over 20 ms): its hits past a block are then refused here
+    /// rather than asked of it. A host too busy to run a fetch's answer
+    /// for 20 ms makes a nearby store look far until a faster answer
+    /// comes; tests that state a nearby store's bounds ask this.
+    pub fn lease_store_far(&self) -> bool {
+        self.all_leases().any(|(_, leases, _)| leases.far())
+    }
+}
 
 impl Leases {
     /// Takes a fetched block `outcome`, taken at `taken_at`, as the one
