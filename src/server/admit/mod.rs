@@ -15,16 +15,16 @@
 //! takes (the handler measures it: a call's wait over the calls that were
 //! ahead of it), so about their product; its bytes waited about as long
 //! to be read, and its answer waits for its connection's turn to be
-//! written. While the worker threads were busy 90 % of the last 25 ms
-//! and the queue did not fall by a quarter over them, so that the queue
-//! stands (one a stall of the host left behind drains, and a time per
-//! call measured across the stall overstates it: [`Busy`]), a new
+//! written. While a queue stands (the worker threads were busy 90 % of
+//! the last 25 ms and it did not fall by a quarter over them, and once
+//! standing until they have time to spare and it drains; one a stall of
+//! the host left behind drains, and a time per call measured across the
+//! stall overstates it: [`Busy`]), a new
 //! `ShouldRateLimit` call is shed when twice that wait and a tenth of its
 //! deadline do not fit in its `grpc-timeout`, or when
 //! the queue holds its cap (240 calls per worker thread: past what a
 //! worker's run queue keeps in order, the oldest calls come out late).
-//! Whatever the load, it is shed when the queue holds four times its
-//! cap. A call without `grpc-timeout` is never shed
+//! Whatever the load, it is shed when the queue holds twice its cap. A call without `grpc-timeout` is never shed
 //! here: it has no deadline to miss. Below capacity there is no queue and
 //! nothing is shed.
 
@@ -224,8 +224,9 @@ mod tests {
     fn admission(busy: bool) -> (Admission, Lane) {
         let queue = Arc::new(Queue::new(1));
         let threads = Threads(busy, 0.into());
-        // The first window began a second ago: it has ended.
-        let start = Instant::now().checked_sub(Duration::from_secs(1));
+        // The first window began 50 ms ago: it has ended, and it was not
+        // a quiet spell.
+        let start = Instant::now().checked_sub(Duration::from_millis(50));
         let busy = Busy::new(Box::new(threads), start.unwrap_or_else(Instant::now));
         let admission = Admission::new(
             queue.clone(),
@@ -273,7 +274,7 @@ mod tests {
     fn threads_with_time_to_spare_let_the_queue_grow_to_its_backstop() {
         let (admission, lane) = admission(false);
         let ms = Some(Duration::from_millis(20));
-        lane.admit(queue::CALLS_PER_WORKER * 4 - 2);
+        lane.admit(queue::CALLS_PER_WORKER * 2 - 2);
         assert!(!admission.sheds(ms, 1), "a stall's queue drains");
         assert!(admission.sheds(ms, 2));
         assert!(!admission.sheds(None, 2));

@@ -37,9 +37,12 @@ const FRESH_MS: u64 = 200;
 pub(crate) const CALLS_PER_WORKER: usize = 240;
 /// How many times its cap the queue holds at most, however it drains: a
 /// stall long enough to pile up that many calls made most of them late
-/// already, and the queue's memory stays bounded before any time per
-/// call is measured.
-const BACKSTOP: usize = 4;
+/// already (480 calls take a thread about 10 ms, and their bytes waited
+/// as long), and the queue's memory stays bounded before any time per
+/// call is measured. Four times let a queue standing up at twice
+/// capacity reach 960 before its first window ended, and the calls past
+/// tokio's run queue came out late (bench/history/2026-11-28-overload-admission.md).
+const BACKSTOP: usize = 2;
 /// How long a call may wait in the queue before it is given up on: h2
 /// refuses some calls after admission has counted them (a client over its
 /// stream limit, a header block h2 finds malformed), and those never start.
