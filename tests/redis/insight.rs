@@ -386,8 +386,14 @@ async fn top_puts_the_hot_descriptor_first_and_lists_exactly_the_limited_ones() 
             assert_eq!(answer.overall_code, 1, "round {round}");
         }
     }
-    // A descriptor no rule matches is counted too.
-    ask(&mut client, request("mix", &[&[("nomatch", "x")]])).await;
+    // A descriptor no rule matches is counted too. 40 hits: more than any
+    // other but the hot one can count, its error included (5 + 2,040 / 64),
+    // so it is listed whichever recording thread's shard took them (a
+    // query merges the shards, and one hit ranked below items whose
+    // merged counts carry another shard's smallest count).
+    for _ in 0..40 {
+        ask(&mut client, request("mix", &[&[("nomatch", "x")]])).await;
+    }
     let all = get(server.http_addr, "/top?domain=mix&n=64").await.body;
     assert!(all.contains(r#"{"key":"nomatch","value":"x"}"#), "{all}");
     let hits = get(server.http_addr, "/top?domain=mix&by=hits&window=1m&n=5").await;
@@ -408,8 +414,8 @@ async fn top_puts_the_hot_descriptor_first_and_lists_exactly_the_limited_ones() 
         first["error"].as_u64().unwrap(),
     );
     assert!(count >= 1_000 && count - error <= 1_000, "{first}");
-    // The summary's bound: N / K with N = 2,001 hits and K = 64.
-    assert!(error <= 2_001 / 64, "{first}");
+    // The summary's bound: N / K with N = 2,040 hits and K = 64.
+    assert!(error <= 2_040 / 64, "{first}");
     assert_eq!(hits["items"].as_array().unwrap().len(), 5);
 
     let over = get(
