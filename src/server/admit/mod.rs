@@ -24,8 +24,9 @@
 //! deadline do not fit in its `grpc-timeout`, or when
 //! the queue holds its cap (240 calls per worker thread: past what a
 //! worker's run queue keeps in order, the oldest calls come out late).
-//! Whatever the load, it is shed when the queue holds twice its cap. A call without `grpc-timeout` is never shed
-//! here: it has no deadline to miss. Below capacity there is no queue and
+//! Whatever the load, it is shed when the queue holds twice its cap. A
+//! call without `grpc-timeout` is never shed here: it has no deadline to
+//! miss. Below capacity there is no queue and
 //! nothing is shed.
 
 mod answer;

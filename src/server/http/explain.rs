@@ -31,10 +31,10 @@ struct JsonExplanation {
 const SHEDDING_RULE: &str = "a ShouldRateLimit call with a grpc-timeout is answered by \
 FAILURE_MODE at once, counting nothing, when it arrives while a queue stands (the threads \
 were busy 90 % of the last 25 ms and it did not fall by a quarter; once standing, until they \
-have time to spare and it drains) and twice its wait behind the calls queued for a thread and a tenth of its \
-grpc-timeout would not fit in its grpc-timeout, or the queue holds 240 calls per worker thread; \
-or whatever their load when it holds twice that (queue); or when its grpc-timeout has passed by the \
-time it is served, less a tenth of it, at most 50 ms, kept back to answer (deadline)";
+have time to spare and it drains) and twice its wait behind the calls queued for a thread \
+and a tenth of its grpc-timeout would not fit in its grpc-timeout, or the queue holds 240 \
+calls per worker thread; or whatever their load when it holds twice that (queue); or when \
+its grpc-timeout has passed by the time it is served, less a tenth of it, at most 50 ms, kept back to answer (deadline)";
 
 /// How requests are shed now, and how many were.
 #[derive(Debug, Serialize)]
